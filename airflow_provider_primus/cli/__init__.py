@@ -1,0 +1,1 @@
+"""The ``primus`` command line: the core without Airflow."""

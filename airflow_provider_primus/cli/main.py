@@ -1,0 +1,41 @@
+"""Entry point of the ``primus`` console script.
+
+Each subcommand lives in its own module with a ``register(subparsers)`` function; modules import
+their heavy dependencies (Airflow, torch, Kafka clients) inside the handler so ``primus --help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from airflow_provider_primus import __version__
+from airflow_provider_primus.cli import demo, doctor, kafka
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="primus",
+        description="Primus for Airflow: plan data, run training jobs and manage local services.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    version = sub.add_parser("version", help="print the provider's version", description="Print the version.")
+    version.set_defaults(handler=lambda _args: print(__version__) or 0)
+    doctor.register(sub)
+    kafka.register(sub)
+    demo.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

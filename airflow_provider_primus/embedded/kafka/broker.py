@@ -1,0 +1,344 @@
+"""One Apache Kafka broker in KRaft combined mode, as a child process on loopback.
+
+The broker is the real thing (``kafka.Kafka`` from the Maven-resolved jars) so tests see Kafka's
+actual group, offset and retention behaviour. Lifecycle guarantees:
+
+* listeners bind 127.0.0.1 only, on free ports chosen at start (a port race retries with new ones);
+* ready means the port answers *and* an admin metadata call succeeds;
+* an *attached* broker (tests) receives SIGTERM when its launching thread dies (PR_SET_PDEATHSIG), so
+  a killed pytest never leaves a JVM behind; a *detached* one (``primus kafka up``) outlives the CLI
+  and is found again through its state file;
+* stop sends SIGTERM to the broker's process group, waits for a clean shutdown, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+
+from airflow_provider_primus.embedded.kafka.distribution import KafkaDistribution
+from airflow_provider_primus.process import parent_death_signal, stop_process_group
+
+LOOPBACK = "127.0.0.1"
+# Marks broker JVMs started by this package; tests and scripts find stray ones by it.
+INSTANCE_PROPERTY = "primus.embedded.kafka"
+
+
+class BrokerError(RuntimeError):
+    """The broker could not start or stop; the message carries the tail of its log."""
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """What a running broker is, as written to ``state.json`` in its work dir."""
+
+    pid: int
+    bootstrap_servers: str
+    controller_port: int
+    workdir: str
+    version: str
+    cluster_id: str
+    instance: str
+    startup_seconds: float
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def load(cls, path: Path) -> BrokerState:
+        return cls(**json.loads(path.read_text()))
+
+
+def new_cluster_id() -> str:
+    """16 random bytes in unpadded base64url, never starting with '-' (the tool would read a flag)."""
+    while True:
+        cid = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def server_properties(
+    *, port: int, controller_port: int, log_dir: Path, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
+        "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(log_dir),
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1",
+        # Fewer internal partitions: the first consumer group is ready in well under a second.
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "true",
+        "log.retention.hours": "168",
+        "log.segment.bytes": str(64 * 1024 * 1024),
+    }
+    props.update(extra or {})
+    return props
+
+
+def _write_properties(path: Path, props: dict[str, str]) -> None:
+    path.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
+
+
+def _java_executable() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    java = shutil.which("java")
+    if not java:
+        raise BrokerError("no `java` on PATH and JAVA_HOME unset; Kafka 4.x needs Java 17+")
+    return java
+
+
+def broker_answers(bootstrap_servers: str, timeout_s: float = 5.0) -> bool:
+    """An admin metadata call: the proof that the broker serves clients, not only that a port is open."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaConfigurationError, KafkaError
+
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap_servers,
+            request_timeout_ms=int(timeout_s * 1000),
+            client_id="primus-readiness",
+        )
+    except KafkaConfigurationError:
+        raise
+    except (KafkaError, OSError, ValueError):
+        return False
+    try:
+        cluster = admin.describe_cluster()
+        return bool(cluster.get("brokers"))
+    except (KafkaError, OSError, ValueError):
+        return False
+    finally:
+        admin.close()
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((LOOPBACK, port)) == 0
+
+
+class EmbeddedKafka:
+    """Start, probe and stop one broker. Use as a context manager in tests."""
+
+    def __init__(
+        self,
+        dist: KafkaDistribution,
+        workdir: Path,
+        *,
+        port: int | None = None,
+        detach: bool = False,
+        heap: str = "512m",
+        instance: str = "dev",
+        extra_properties: dict[str, str] | None = None,
+    ) -> None:
+        self.dist = dist
+        self.workdir = Path(workdir)
+        self.requested_port = port
+        self.detach = detach
+        self.heap = heap
+        self.instance = instance
+        self.extra_properties = extra_properties or {}
+        self.process: subprocess.Popen[bytes] | None = None
+        self.state: BrokerState | None = None
+
+    @property
+    def state_file(self) -> Path:
+        return self.workdir / "state.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.workdir / "kafka.log"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        if self.state is None:
+            raise BrokerError("broker not started")
+        return self.state.bootstrap_servers
+
+    def _java_cmd(self, main_class: str, *args: str) -> list[str]:
+        log4j = self.workdir / "log4j2.properties"
+        return [
+            _java_executable(),
+            f"-Xms{self.heap}",
+            f"-Xmx{self.heap}",
+            "-XX:+UseG1GC",
+            "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true",
+            "-Djava.net.preferIPv4Stack=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            f"-D{INSTANCE_PROPERTY}={self.instance}",
+            "-cp",
+            self.dist.classpath(),
+            main_class,
+            *args,
+        ]
+
+    def start(self, timeout_s: float = 90.0, attempts: int = 3) -> BrokerState:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        last_error: BrokerError | None = None
+        for _ in range(attempts):
+            try:
+                return self._start_once(timeout_s, started)
+            except BrokerError as exc:  # a port taken between choosing and binding: new ports
+                last_error = exc
+                if self.requested_port is not None:
+                    break
+        assert last_error is not None
+        raise last_error
+
+    def _start_once(self, timeout_s: float, started: float) -> BrokerState:
+        port = self.requested_port or free_port()
+        controller_port = free_port()
+        while controller_port == port:
+            controller_port = free_port()
+        data_dir = self.workdir / "data"
+        if data_dir.exists():
+            shutil.rmtree(data_dir)
+        props_file = self.workdir / "server.properties"
+        _write_properties(
+            props_file,
+            server_properties(
+                port=port, controller_port=controller_port, log_dir=data_dir, extra=self.extra_properties
+            ),
+        )
+        (self.workdir / "log4j2.properties").write_text(
+            resources.files(__package__).joinpath("resources/log4j2.properties").read_text()
+        )
+        cluster_id = new_cluster_id()
+        fmt = subprocess.run(
+            self._java_cmd("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props_file)),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout_s,
+        )
+        if fmt.returncode != 0:
+            raise BrokerError(f"formatting KRaft storage failed:\n{fmt.stdout}{fmt.stderr}")
+
+        with open(self.log_file, "ab") as log:
+            self.process = subprocess.Popen(
+                self._java_cmd("kafka.Kafka", str(props_file)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.workdir,
+                start_new_session=True,
+                preexec_fn=None if self.detach else parent_death_signal(),
+            )
+        bootstrap = f"{LOOPBACK}:{port}"
+        deadline = time.monotonic() + timeout_s
+        delay = 0.05
+        while True:
+            if self.process.poll() is not None:
+                raise BrokerError(
+                    f"broker exited with {self.process.returncode} during start-up:\n{self.log_tail()}"
+                )
+            if _port_open(port) and broker_answers(bootstrap):
+                break
+            if time.monotonic() > deadline:
+                self._kill()
+                raise BrokerError(f"broker not ready after {timeout_s:.0f}s:\n{self.log_tail()}")
+            time.sleep(delay)  # waiting on another process's listener: nothing to block on
+            delay = min(delay * 2, 0.5)
+        self.state = BrokerState(
+            pid=self.process.pid,
+            bootstrap_servers=bootstrap,
+            controller_port=controller_port,
+            workdir=str(self.workdir),
+            version=self.dist.version,
+            cluster_id=cluster_id,
+            instance=self.instance,
+            startup_seconds=round(time.monotonic() - started, 2),
+        )
+        self.state_file.write_text(self.state.to_json())
+        return self.state
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_file.exists():
+            return "(no log)"
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self.process is not None:
+            stop_process_group(self.process.pid, child=self.process, grace_s=timeout_s)
+            self.process = None
+        with contextlib.suppress(FileNotFoundError):
+            self.state_file.unlink()
+        self.state = None
+
+    def _kill(self) -> None:
+        if self.process is not None:
+            stop_process_group(self.process.pid, child=self.process, grace_s=0)
+
+    def __enter__(self) -> EmbeddedKafka:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def is_embedded_broker(pid: int) -> bool:
+    """True when ``pid`` is a live broker JVM this package started (a recycled pid is not)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(arg.startswith(f"-D{INSTANCE_PROPERTY}=".encode()) for arg in cmdline)
+
+
+def running_state(workdir: Path) -> BrokerState | None:
+    """The state of the detached broker recorded in ``workdir``, if it is still running."""
+    state_file = Path(workdir) / "state.json"
+    if not state_file.is_file():
+        return None
+    state = BrokerState.load(state_file)
+    return state if is_embedded_broker(state.pid) else None
+
+
+def stop_detached(workdir: Path, timeout_s: float = 30.0) -> BrokerState | None:
+    state = running_state(workdir)
+    if state is not None:
+        stop_process_group(state.pid, grace_s=timeout_s)
+    with contextlib.suppress(FileNotFoundError):
+        (Path(workdir) / "state.json").unlink()
+    return state

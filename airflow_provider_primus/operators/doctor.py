@@ -1,0 +1,37 @@
+"""``PrimusDoctorOperator``: a DAG task that checks a worker can run Primus jobs.
+
+It runs the same checks as ``primus doctor`` except the metadata DB (Airflow 3 tasks do not talk to
+the DB directly; the scheduler already proves it) and fails the task naming what is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_primus.diagnostics import healthy, run_checks
+from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION
+
+
+class PrimusWorkerNotReady(RuntimeError):
+    """The worker lacks something a Primus job needs."""
+
+
+class PrimusDoctorOperator(BaseOperator):
+    template_fields: Sequence[str] = ("kafka_version",)
+    ui_color = "#d8e8f5"
+
+    def __init__(self, *, kafka_version: str = DEFAULT_KAFKA_VERSION, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kafka_version = kafka_version
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        checks = run_checks(kafka_version=self.kafka_version, airflow_db=False)
+        for check in checks:
+            self.log.info("%s %s: %s", "ok" if check.ok else "MISSING", check.name, check.detail)
+        if not healthy(checks):
+            missing = "; ".join(f"{c.name} ({c.fix})" for c in checks if not c.ok and c.required)
+            raise PrimusWorkerNotReady(f"worker is missing: {missing}")
+        return {c.name: c.ok for c in checks}

@@ -51,7 +51,9 @@ def java_major_version(java: str) -> int | None:
 
 
 def check_java() -> Check:
-    fix = f"install a Java {MIN_JAVA}+ runtime (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+    fix = (
+        f"install a Java {MIN_JAVA}+ runtime (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+    )
     java = shutil.which("java")
     if not java:
         return Check("java", False, "no `java` on PATH", fix)
@@ -81,7 +83,8 @@ def check_maven(jars_present: bool) -> Check:
     return Check(
         "maven",
         False,
-        "no `mvn` on PATH" + (" (only needed to fetch the Kafka jars, which are present)" if jars_present else ""),
+        "no `mvn` on PATH"
+        + (" (only needed to fetch the Kafka jars, which are present)" if jars_present else ""),
         "apt-get install maven",
         required=not jars_present,
     )
@@ -91,11 +94,10 @@ def check_airflow_db() -> Check:
     """The configured metadata DB exists and is migrated to this Airflow's head revision."""
     fix = "airflow db migrate"
     try:
-        from alembic.script import ScriptDirectory
-        from sqlalchemy import create_engine, inspect, text
-
         import airflow
         from airflow.configuration import conf
+        from alembic.script import ScriptDirectory
+        from sqlalchemy import create_engine, inspect, text
 
         url = conf.get("database", "sql_alchemy_conn")
         migrations = Path(airflow.__file__).parent / "migrations"
@@ -116,7 +118,10 @@ def check_airflow_db() -> Check:
         return Check("airflow-db", False, f"cannot open the Airflow metadata DB: {exc}", fix)
     if current != head:
         return Check(
-            "airflow-db", False, f"metadata DB {_redact(url)} at revision {current}, Airflow expects {head}", fix
+            "airflow-db",
+            False,
+            f"metadata DB {_redact(url)} at revision {current}, Airflow expects {head}",
+            fix,
         )
     return Check("airflow-db", True, f"metadata DB {_redact(url)} migrated (revision {head})")
 
@@ -133,7 +138,12 @@ def run_checks(
     airflow_db: bool = True,
 ) -> list[Check]:
     kafka = check_kafka_jars(kafka_version, cache)
-    checks: list[Callable[[], Check]] = [check_python, check_java, lambda: kafka, lambda: check_maven(kafka.ok)]
+    checks: list[Callable[[], Check]] = [
+        check_python,
+        check_java,
+        lambda: kafka,
+        lambda: check_maven(kafka.ok),
+    ]
     if airflow_db:
         checks.append(check_airflow_db)
     return [check() for check in checks]

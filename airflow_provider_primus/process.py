@@ -18,11 +18,15 @@ _PR_SET_PDEATHSIG = 1
 
 
 def parent_death_signal(sig: int = signal.SIGTERM) -> Callable[[], None]:
-    """A ``preexec_fn`` asking Linux to send ``sig`` to the child when its launching thread dies."""
+    """A ``preexec_fn`` asking Linux to send ``sig`` to the child when its launching thread dies.
+
+    libc is loaded here, in the parent, so the child between fork and exec only makes one system
+    call and takes no lock: that is what makes this ``preexec_fn`` safe next to other threads.
+    """
+    prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
 
     def _preexec() -> None:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, sig)
+        prctl(_PR_SET_PDEATHSIG, sig)
 
     return _preexec
 

@@ -18,9 +18,14 @@ def test_provider_info_validates_against_airflow_schema() -> None:
     jsonschema.validate(get_provider_info(), airflow_provider_schema())
 
 
-def test_schema_rejects_a_broken_provider_info() -> None:
+@pytest.mark.parametrize(
+    "breakage",
+    [lambda info: info.pop("name"), lambda info: info.update(operators="not-a-list")],
+    ids=["no-name", "operators-not-a-list"],
+)
+def test_schema_check_can_fail(breakage) -> None:
     broken = dict(get_provider_info())
-    del broken["package-name"]
+    breakage(broken)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, airflow_provider_schema())
 

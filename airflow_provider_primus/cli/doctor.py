@@ -18,7 +18,9 @@ def register(sub: Any) -> None:
         description="Check what this machine needs and print the fix for anything missing. "
         "Exits 0 when everything required is present, 1 otherwise.",
     )
-    parser.add_argument("--cache-dir", type=Path, help="provider cache (default: $PRIMUS_CACHE_DIR or ~/.cache/...)")
+    parser.add_argument(
+        "--cache-dir", type=Path, help="provider cache (default: $PRIMUS_CACHE_DIR or ~/.cache/...)"
+    )
     parser.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
     parser.add_argument("--skip-airflow-db", action="store_true", help="do not check the Airflow metadata DB")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
@@ -26,7 +28,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    checks = run_checks(kafka_version=args.kafka_version, cache=args.cache_dir, airflow_db=not args.skip_airflow_db)
+    checks = run_checks(
+        kafka_version=args.kafka_version, cache=args.cache_dir, airflow_db=not args.skip_airflow_db
+    )
     ok = healthy(checks)
     if args.json:
         print(json.dumps({"ok": ok, "checks": [c.as_dict() for c in checks]}))

@@ -37,16 +37,24 @@ def register(sub: Any) -> None:
         if dist:
             p.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
             p.add_argument("--cache-dir", type=Path, help="where the jars are cached")
-        p.add_argument("--workdir", type=Path, default=None, help="broker state and data (default: $PRIMUS_HOME/kafka)")
+        p.add_argument(
+            "--workdir", type=Path, default=None, help="broker state and data (default: $PRIMUS_HOME/kafka)"
+        )
 
-    fetch = ksub.add_parser("fetch", help="resolve the broker's jars with Maven into the cache",
-                            description="Resolve org.apache.kafka:kafka_2.13 and its runtime classpath once.")
+    fetch = ksub.add_parser(
+        "fetch",
+        help="resolve the broker's jars with Maven into the cache",
+        description="Resolve org.apache.kafka:kafka_2.13 and its runtime classpath once.",
+    )
     fetch.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
     fetch.add_argument("--cache-dir", type=Path, help="where the jars are cached")
     fetch.set_defaults(handler=run_fetch)
 
-    up = ksub.add_parser("up", help="start the broker (detached unless --foreground)",
-                         description="Start the broker on 127.0.0.1 and print its state as JSON.")
+    up = ksub.add_parser(
+        "up",
+        help="start the broker (detached unless --foreground)",
+        description="Start the broker on 127.0.0.1 and print its state as JSON.",
+    )
     common(up)
     up.add_argument("--port", type=int, help="client port (default: a free port)")
     up.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops the broker")
@@ -56,8 +64,11 @@ def register(sub: Any) -> None:
     common(down, dist=False)
     down.set_defaults(handler=run_down)
 
-    status = ksub.add_parser("status", help="print the broker's state; exit 3 when it is not running",
-                             description="Print the running broker's state as JSON (exit 0) or exit 3.")
+    status = ksub.add_parser(
+        "status",
+        help="print the broker's state; exit 3 when it is not running",
+        description="Print the running broker's state as JSON (exit 0) or exit 3.",
+    )
     common(status, dist=False)
     status.set_defaults(handler=run_status)
 

@@ -7,6 +7,7 @@ the DB directly; the scheduler already proves it) and fails the task naming what
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -20,15 +21,19 @@ class PrimusWorkerNotReady(RuntimeError):
 
 
 class PrimusDoctorOperator(BaseOperator):
-    template_fields: Sequence[str] = ("kafka_version",)
+    template_fields: Sequence[str] = ("kafka_version", "cache_dir")
     ui_color = "#d8e8f5"
 
-    def __init__(self, *, kafka_version: str = DEFAULT_KAFKA_VERSION, **kwargs: Any) -> None:
+    def __init__(
+        self, *, kafka_version: str = DEFAULT_KAFKA_VERSION, cache_dir: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.kafka_version = kafka_version
+        self.cache_dir = cache_dir
 
     def execute(self, context: Any) -> dict[str, Any]:
-        checks = run_checks(kafka_version=self.kafka_version, airflow_db=False)
+        cache = Path(self.cache_dir) if self.cache_dir else None
+        checks = run_checks(kafka_version=self.kafka_version, cache=cache, airflow_db=False)
         for check in checks:
             self.log.info("%s %s: %s", "ok" if check.ok else "MISSING", check.name, check.detail)
         if not healthy(checks):

@@ -257,7 +257,7 @@ class EmbeddedKafka:
                 stdin=subprocess.DEVNULL,
                 cwd=self.workdir,
                 start_new_session=True,
-                preexec_fn=None if self.detach else parent_death_signal(),
+                preexec_fn=None if self.detach else parent_death_signal(),  # noqa: PLW1509 - see parent_death_signal
             )
         bootstrap = f"{LOOPBACK}:{port}"
         deadline = time.monotonic() + timeout_s

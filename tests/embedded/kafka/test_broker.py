@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import ipaddress
 import json
 import os
@@ -74,7 +75,7 @@ def test_group_resumes_from_committed_offsets_with_nothing_lost_or_repeated(
     seen = part_one + part_two
     assert len(seen) == N_MESSAGES, "a record was repeated or lost across the restart"
     assert sorted(seen) == list(range(N_MESSAGES))
-    # All four partitions carried data, and lag (end − committed) is zero everywhere.
+    # All four partitions carried data, and lag (end - committed) is zero everywhere.
     end = second.end_offsets(partitions)
     assert all(end[tp] > 0 for tp in partitions)
     lag = {tp.partition: end[tp] - (second.committed(tp) or 0) for tp in partitions}
@@ -136,8 +137,6 @@ def test_broker_dies_with_a_killed_launcher(tmp_path: Path) -> None:
     assert f"-D{INSTANCE_PROPERTY}=pytest-orphan" in psutil.Process(jvm).cmdline()
     os.kill(launcher.pid, signal.SIGKILL)
     launcher.wait()
-    try:
+    with contextlib.suppress(psutil.NoSuchProcess):
         psutil.Process(jvm).wait(timeout=60)
-    except psutil.NoSuchProcess:
-        pass
     assert not pid_alive(jvm)

@@ -7,6 +7,7 @@ Kafka jar cache is *not*: it is the machine's shared, read-mostly cache that kee
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,5 +110,37 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"embedded Kafka broker startup: {_broker_startup[0]:.2f}s")
 
 
+def _leaked_processes() -> list[psutil.Process]:
+    """Processes this session started and did not stop: JVMs tagged with its broker instance or
+    carrying its temp dir on their command line, and anything running with its AIRFLOW_HOME."""
+    me = os.getpid()
+    leaked = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.info["pid"] == me:
+            continue
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if (
+                str(_SESSION_TMP) in cmdline
+                or f"=pytest-{me}" in cmdline
+                or proc.environ().get("AIRFLOW_HOME", "").startswith(str(_SESSION_TMP))
+            ):
+                leaked.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return leaked
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    leaked = _leaked_processes()
+    if leaked:
+        # A leak is a failure of the suite, and the leaked processes are ended here so CI stays clean.
+        print(f"\nERROR: processes left running by the test session: {[p.pid for p in leaked]}")
+        for proc in leaked:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                print(f"  {proc.pid}: {' '.join(proc.cmdline())[:200]}")
+                proc.kill()
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     shutil.rmtree(_SESSION_TMP, ignore_errors=True)

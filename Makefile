@@ -1,0 +1,16 @@
+# The two commands of the README. Both bootstrap the clone first (idempotent, fast when done).
+.PHONY: demo test bootstrap constraints
+
+demo:
+	bash scripts/bootstrap.sh
+	.venv/bin/primus demo
+
+test:
+	bash scripts/test.sh
+
+bootstrap:
+	bash scripts/bootstrap.sh
+
+# Re-pin the dependency set after changing pyproject.toml's dependencies.
+constraints:
+	.venv/bin/python -m pip freeze --exclude-editable | grep -v '^airflow-provider-primus' > constraints.txt

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a clone: a virtualenv in .venv, the package with its dev extra (pinned by
+# constraints.txt), and the Kafka broker's jars in the shared cache. A second run only checks a stamp
+# and the jar manifest, so it takes a second or two.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pick_python() {
+  for py in "${PYTHON:-}" python3.11 python3; do
+    [ -n "$py" ] || continue
+    if command -v "$py" >/dev/null 2>&1 &&
+       "$py" -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 11) else 1)' 2>/dev/null; then
+      echo "$py"; return 0
+    fi
+  done
+  echo "error: Python 3.11+ is required (set PYTHON=/path/to/python3.11)" >&2
+  return 1
+}
+
+if [ ! -x .venv/bin/python ]; then
+  py=$(pick_python)
+  echo "bootstrap: creating .venv with $("$py" --version)"
+  "$py" -m venv .venv
+fi
+
+stamp=.venv/.primus-install-stamp
+want=$(cat pyproject.toml setup.cfg constraints.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+  echo "bootstrap: installing the package and its dependencies (first run downloads torch, ~3 GB)"
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+  echo "$want" > "$stamp"
+fi
+
+# Kafka jars: resolved once with Maven into ~/.cache/airflow-provider-primus (offline afterwards).
+.venv/bin/primus kafka fetch >/dev/null
+# Everything a run needs except the Airflow DB, which each command sets up for itself.
+if ! .venv/bin/primus doctor --skip-airflow-db >/tmp/primus-doctor.$$ 2>&1; then
+  cat /tmp/primus-doctor.$$ >&2; rm -f /tmp/primus-doctor.$$; exit 1
+fi
+rm -f /tmp/primus-doctor.$$

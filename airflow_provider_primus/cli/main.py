@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from airflow_provider_primus import __version__
-from airflow_provider_primus.cli import demo, doctor, kafka
+from airflow_provider_primus.cli import bench, demo, doctor, kafka, plan, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.register(sub)
     kafka.register(sub)
     demo.register(sub)
+    validate.register(sub)
+    plan.register(sub)
+    bench.register(sub)
     return parser
 
 

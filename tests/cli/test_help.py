@@ -29,6 +29,9 @@ def test_known_subcommands_exist() -> None:
         ("kafka", "status"),
         ("kafka", "fetch"),
         ("demo",),
+        ("validate",),
+        ("plan",),
+        ("bench", "plan"),
     } <= set(PATHS)
 
 

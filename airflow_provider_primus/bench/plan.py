@@ -1,0 +1,183 @@
+"""``primus bench plan``: serial vs parallel vs incremental planning on a delayed store.
+
+The store: ``days`` x 2 sources x 24 hourly partitions x ``files`` small Parquet files, each with a
+``_SUCCESS`` marker, read through :mod:`delayed_fs` (every listing / metadata call costs ``delay``).
+(a) serial: one worker, no cache; (b) the default planner (its worker count, a fresh plan cache);
+(c) one more day appended, planned again with the cache from (b). Separately: tasks per second
+planning a local tree of ``local_files`` files with no added delay.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from airflow_provider_primus.bench.delayed_fs import delayed_filesystem
+from airflow_provider_primus.data.cache import PlanCache
+from airflow_provider_primus.data.planner import PlanOptions, plan
+from airflow_provider_primus.spec import load_data_spec
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+SOURCES = ("clicks", "impressions")
+
+
+def write_store(root: Path, days: range, files: int, rows: int = 64) -> int:
+    table = pa.table(
+        {
+            "user_id": pa.array(range(rows), pa.int64()),
+            "item_id": pa.array(range(rows), pa.int64()),
+            "price": pa.array([float(i) for i in range(rows)], pa.float64()),
+            "label": pa.array([i % 2 for i in range(rows)], pa.int8()),
+        }
+    )
+    n = 0
+    for source in SOURCES:
+        for d in days:
+            for h in range(24):
+                t = START + timedelta(days=d, hours=h)
+                part = root / source / t.strftime("%Y-%m-%d") / t.strftime("%H")
+                part.mkdir(parents=True, exist_ok=True)
+                for f in range(files):
+                    pq.write_table(table, part / f"part-{f:03d}.parquet")
+                    n += 1
+                (part / "_SUCCESS").touch()
+    return n
+
+
+def spec_for(root: Path, workers: int | None = None) -> Any:
+    sources = [
+        {
+            "name": s,
+            "type": "files",
+            "format": "parquet",
+            "uri": str(root / s),
+            "path_template": "{date}/{hour}",
+            "granularity": "hour",
+            "success_marker": "_SUCCESS",
+            "schema": {"sparse": ["user_id", "item_id"], "dense": ["price"], "label": {"column": "label"}},
+        }
+        for s in SOURCES
+    ]
+    doc: dict[str, Any] = {
+        "apiVersion": "primus.dev/v1alpha1",
+        "kind": "PrimusData",
+        "metadata": {"name": "bench"},
+        "spec": {"sources": sources, "mixture": [{"source": s, "weight": 1.0} for s in SOURCES]},
+    }
+    if workers:
+        doc["spec"]["planning"] = {"workers": workers}
+    return load_data_spec(doc)
+
+
+def run(
+    days: int = 20,
+    files: int = 4,
+    delay_ms: float = 20.0,
+    local_files: int = 100_000,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="primus-bench-plan-") as tmp:
+        root = Path(tmp) / "store"
+        write_store(root, range(days), files)
+        fs, handler = delayed_filesystem(delay_ms / 1000)
+
+        def delayed(uri: str) -> tuple[pafs.FileSystem, str]:
+            return fs, os.path.abspath(uri)
+
+        spec = spec_for(root)
+        end = START + timedelta(days=days)
+
+        t0 = time.perf_counter()
+        serial = plan(spec, START, end, PlanOptions(workers=1, filesystem=delayed))
+        serial_s = time.perf_counter() - t0
+        serial_calls = handler.calls
+
+        cache = PlanCache(Path(tmp) / "plan-cache.sqlite")
+        handler.calls = 0
+        t0 = time.perf_counter()
+        parallel = plan(spec, START, end, PlanOptions(filesystem=delayed, cache=cache))
+        parallel_s = time.perf_counter() - t0
+        assert [t.task_id for t in parallel.tasks] == [t.task_id for t in serial.tasks]
+
+        write_store(root, range(days, days + 1), files)
+        handler.calls = 0
+        t0 = time.perf_counter()
+        incremental = plan(spec, START, end + timedelta(days=1), PlanOptions(filesystem=delayed, cache=cache))
+        incremental_s = time.perf_counter() - t0
+        incremental_calls = handler.calls
+        cache.close()
+
+    local = local_tasks_per_second(local_files, workdir)
+    return {
+        "tasks": len(serial.tasks),
+        "partitions": serial.totals()["partitions"],
+        "files": serial.totals()["files"],
+        "delay_ms": delay_ms,
+        "workers": spec.spec.planning.workers,
+        "serial_s": round(serial_s, 3),
+        "parallel_s": round(parallel_s, 3),
+        "speedup": round(serial_s / parallel_s, 1),
+        "incremental_s": round(incremental_s, 3),
+        "incremental_tasks": len(incremental.tasks),
+        "incremental_ratio": round(incremental_s / parallel_s, 3),
+        "incremental_vs_serial": round(incremental_s / serial_s, 4),
+        "serial_calls": serial_calls,
+        "incremental_calls": incremental_calls,
+        **local,
+    }
+
+
+def local_tasks_per_second(n_files: int, workdir: Path | None) -> dict[str, Any]:
+    """A flat local tree of ``n_files`` tiny Parquet files spread over hourly partitions, no delay."""
+    if n_files <= 0:
+        return {}
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="primus-bench-local-") as tmp:
+        root = Path(tmp) / "store"
+        table = pa.table({"user_id": pa.array([1, 2], pa.int64()), "label": pa.array([0, 1], pa.int8())})
+        hours = max(1, n_files // 100)
+        per = n_files // hours
+        buf = pa.BufferOutputStream()
+        pq.write_table(table, buf)
+        payload = buf.getvalue().to_pybytes()
+        for h in range(hours):
+            t = START + timedelta(hours=h)
+            part = root / "local" / t.strftime("%Y-%m-%d") / t.strftime("%H")
+            part.mkdir(parents=True, exist_ok=True)
+            for f in range(per):
+                (part / f"p{f:04d}.parquet").write_bytes(payload)
+        doc = {
+            "apiVersion": "primus.dev/v1alpha1",
+            "kind": "PrimusData",
+            "metadata": {"name": "bench-local"},
+            "spec": {
+                "sources": [
+                    {
+                        "name": "local",
+                        "type": "files",
+                        "format": "parquet",
+                        "uri": str(root / "local"),
+                        "path_template": "{date}/{hour}",
+                        "granularity": "hour",
+                        "schema": {"sparse": ["user_id"], "label": {"column": "label"}},
+                    }
+                ]
+            },
+        }
+        spec = load_data_spec(doc)
+        t0 = time.perf_counter()
+        graph = plan(spec, START, START + timedelta(hours=hours), PlanOptions(min_rows=1))
+        elapsed = time.perf_counter() - t0
+    return {
+        "local_files": per * hours,
+        "local_tasks": len(graph.tasks),
+        "local_s": round(elapsed, 2),
+        "local_tasks_per_s": round(len(graph.tasks) / elapsed),
+    }

@@ -1,0 +1,1 @@
+"""The data layer: logical sources (spec/) → physical partitions → executable tasks (the task graph)."""

@@ -1,0 +1,75 @@
+"""Tier 2 (physical partitions) and tier 3 (executable tasks) as plain, immutable records.
+
+They carry only what executors and the dispatcher need and serialize to flat columns, so a graph of
+100,000+ tasks is a Parquet file, not a giant JSON document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One data file of a partition: identity (path, size) plus what its footer says."""
+
+    path: str
+    size: int
+    rows: int | None = None  # known for Parquet (footer); None for CSV / JSON lines
+    row_groups: tuple[int, ...] = ()  # rows per row group (Parquet)
+
+
+@dataclass(frozen=True)
+class FilePartition:
+    source: str
+    time: datetime
+    path: str
+    files: tuple[FileInfo, ...]
+
+
+@dataclass(frozen=True)
+class MissingPartition:
+    source: str
+    time: datetime
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """A whole file, or the row-group range [row_group_start, row_group_end) of one."""
+
+    path: str
+    size: int  # the whole file's size: part of its identity
+    row_group_start: int | None = None
+    row_group_end: int | None = None
+    rows: int | None = None
+    bytes: int = 0  # this slice's share of the file
+
+    def identity(self) -> str:
+        return f"{self.path}|{self.size}|{self.row_group_start}|{self.row_group_end}"
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: str
+    source: str
+    kind: str  # "files" | "kafka"
+    group: str  # time key ("source@2026-11-01T05:00:00+00:00"); barriers order groups
+    priority: int = 0
+    rows: int | None = None
+    bytes: int = 0
+    slices: tuple[FileSlice, ...] = ()
+    topic: str | None = None
+    partition: int | None = None
+    start_offset: int | None = None
+    end_offset: int | None = None  # None: open-ended (stream)
+    partition_time: datetime | None = field(default=None, compare=False)
+
+
+def task_id(source: str, *parts: str) -> str:
+    """Content-derived: the same source, file identity and range give the same id in every plan."""
+    digest = hashlib.sha256("\x1f".join((source, *parts)).encode()).hexdigest()
+    return f"{source}-{digest[:16]}"

@@ -1,0 +1,1 @@
+"""Adapters that resolve a logical source into physical partitions (tier 2)."""

@@ -1,0 +1,140 @@
+"""Files sources: partition paths by time, listings, success markers and Parquet footers.
+
+Every call here is a round trip on an object store, so the planner runs them on a thread pool; this
+module only defines one unit of I/O per function so the planner can schedule them independently.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from airflow_provider_primus.data.model import FileInfo, MissingPartition
+
+EXTENSIONS = {
+    "parquet": (".parquet", ".pq", ".parq"),
+    "csv": (".csv", ".csv.gz"),
+    "jsonl": (".jsonl", ".json", ".ndjson", ".jsonl.gz"),
+}
+
+
+class MissingPartitionError(RuntimeError):
+    """A partition required by policy ``fail`` (or still absent after ``wait``) is missing."""
+
+    def __init__(self, missing: MissingPartition) -> None:
+        super().__init__(f"source {missing.source!r}: partition {missing.path} is missing ({missing.reason})")
+        self.missing = missing
+
+
+def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """Any pyarrow filesystem URI (file://, s3://, gs://, hdfs://, ...) or a plain local path."""
+    if "://" in uri:
+        fs, root = pafs.FileSystem.from_uri(uri)
+        return fs, root.rstrip("/")
+    return pafs.LocalFileSystem(), os.path.abspath(uri)
+
+
+def partition_times(start: datetime, end: datetime, granularity: str) -> Iterator[datetime]:
+    """Partition start times covering [start, end), aligned to the granularity."""
+    step = timedelta(hours=1) if granularity == "hour" else timedelta(days=1)
+    t = start.replace(minute=0, second=0, microsecond=0)
+    if granularity == "day":
+        t = t.replace(hour=0)
+    while t < end:
+        yield t
+        t += step
+
+
+def is_data_file(name: str, fmt: str) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return not base.startswith(("_", ".")) and base.endswith(EXTENSIONS[fmt])
+
+
+def list_partition(
+    fs: pafs.FileSystem,
+    directory: str,
+    *,
+    fmt: str,
+    success_marker: str | None,
+) -> list[pafs.FileInfo] | str:
+    """The partition's data files, or the reason it counts as missing.
+
+    A marker inside the partition directory is seen in the listing itself: one round trip per
+    partition instead of two. Writers put the marker last, so a listing that shows it shows the data.
+    """
+    if success_marker and "/" in success_marker:
+        marker = fs.get_file_info(f"{directory}/{success_marker}")
+        if marker.type != pafs.FileType.File:
+            return f"no success marker {success_marker}"
+    entries = fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True, recursive=False))
+    if success_marker and "/" not in success_marker:
+        names = {e.base_name for e in entries if e.type == pafs.FileType.File}
+        if success_marker not in names:
+            return f"no success marker {success_marker}"
+    if not entries and not success_marker:
+        return "no such directory or no files"
+    return sorted(
+        (e for e in entries if e.type == pafs.FileType.File and is_data_file(e.path, fmt)),
+        key=lambda e: e.path,
+    )
+
+
+def list_partition_with_policy(
+    fs: pafs.FileSystem,
+    directory: str,
+    *,
+    fmt: str,
+    success_marker: str | None,
+    policy: str,
+    timeout_s: float | None,
+    source: str,
+    time_key: datetime,
+    cancelled: Any = None,
+) -> list[pafs.FileInfo] | MissingPartition:
+    deadline = time.monotonic() + (timeout_s or 0.0)
+    poll = min(30.0, max(0.5, (timeout_s or 0.0) / 20))
+    while True:
+        found = list_partition(fs, directory, fmt=fmt, success_marker=success_marker)
+        if not isinstance(found, str):
+            return found
+        missing = MissingPartition(source, time_key, directory, found)
+        if policy == "skip":
+            return missing
+        if (
+            policy == "fail"
+            or time.monotonic() + poll > deadline
+            or (cancelled is not None and cancelled.is_set())
+        ):
+            if policy == "wait":
+                missing = MissingPartition(source, time_key, directory, f"{found}; waited {timeout_s}s")
+            raise MissingPartitionError(missing)
+        # Waiting for an upstream writer on a remote store: there is no notification to block on.
+        if cancelled is not None:
+            cancelled.wait(poll)
+        else:
+            time.sleep(poll)
+
+
+def describe_file(fs: pafs.FileSystem, entry: pafs.FileInfo, fmt: str) -> FileInfo:
+    """Size from the listing; rows and row groups from the Parquet footer (one open + tail reads)."""
+    if fmt != "parquet":
+        return FileInfo(entry.path, int(entry.size or 0))
+    try:
+        with fs.open_input_file(entry.path) as handle:
+            meta = pq.ParquetFile(handle).metadata
+    except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for corrupt or truncated footers
+        raise CorruptFileError(entry.path, str(exc)) from exc
+    groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+    return FileInfo(entry.path, int(entry.size or 0), int(meta.num_rows), groups)
+
+
+class CorruptFileError(RuntimeError):
+    def __init__(self, path: str, detail: str) -> None:
+        super().__init__(f"cannot read the Parquet footer of {path}: {detail}")
+        self.path = path

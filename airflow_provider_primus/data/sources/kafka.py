@@ -1,0 +1,77 @@
+"""Kafka sources: topic partitions resolved to offset ranges by the broker itself.
+
+A bounded window [start, end) becomes, per partition, [offset of the first record at or after
+start, offset of the first record at or after end) via the broker's offsets-for-times (ListOffsets
+with a timestamp); an open-ended plan starts where the source's start policy says and has no end.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+
+class KafkaPlanError(RuntimeError):
+    pass
+
+
+def _ms(t: datetime) -> int:
+    return int(t.timestamp() * 1000)
+
+
+def resolve_offsets(
+    *,
+    bootstrap_servers: str,
+    topic: str,
+    start_policy: str,
+    start_timestamp: datetime | None,
+    group_id: str | None,
+    window_start: datetime | None,
+    window_end: datetime | None,
+    timeout_ms: int = 30_000,
+) -> list[tuple[int, int, int | None]]:
+    """[(partition, start_offset, end_offset | None)] in partition order."""
+    consumer: Any = KafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        group_id=group_id if start_policy == "committed" else None,
+        enable_auto_commit=False,
+        request_timeout_ms=timeout_ms + 1000,
+        client_id="primus-planner",
+    )
+    try:
+        parts = consumer.partitions_for_topic(topic)
+        if not parts:
+            raise KafkaPlanError(f"topic {topic!r} does not exist on {bootstrap_servers}")
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        beginning = consumer.beginning_offsets(tps)
+        end = consumer.end_offsets(tps)
+
+        def at(t: datetime) -> dict[TopicPartition, int]:
+            found = consumer.offsets_for_times({tp: _ms(t) for tp in tps})
+            # No record at or after t: the range starts (or ends) at the current end.
+            return {tp: (found[tp].offset if found.get(tp) is not None else end[tp]) for tp in tps}
+
+        if window_end is not None:  # bounded replay of [window_start, window_end)
+            start = at(window_start) if window_start is not None else beginning
+            stop = at(window_end)
+            return [(tp.partition, start[tp], max(start[tp], stop[tp])) for tp in tps]
+        if start_policy == "timestamp":
+            if start_timestamp is None and window_start is None:
+                raise KafkaPlanError("start policy 'timestamp' needs a timestamp")
+            start = at(start_timestamp or window_start)  # type: ignore[arg-type]
+        elif start_policy == "earliest":
+            start = beginning
+        elif start_policy == "latest":
+            start = end
+        elif start_policy == "committed":
+            start = {
+                tp: (consumer.committed(tp) if consumer.committed(tp) is not None else beginning[tp])
+                for tp in tps
+            }
+        else:
+            raise KafkaPlanError(f"unknown start policy {start_policy!r}")
+        return [(tp.partition, start[tp], None) for tp in tps]
+    finally:
+        consumer.close()

@@ -1,0 +1,52 @@
+"""The contracts as pure data: strict models, their loader and their errors.
+
+Nothing here imports Airflow, Kafka clients or torch, so the CLI, the planner and the operators can
+validate a spec cheaply and identically.
+"""
+
+from airflow_provider_primus.spec.data import (
+    API_VERSION,
+    FileSource,
+    KafkaSource,
+    Label,
+    Metadata,
+    MissingPolicy,
+    MixtureEntry,
+    Planning,
+    PrimusData,
+    Source,
+    SourceSchema,
+    Spec,
+    StartPolicy,
+    StrictModel,
+    Transform,
+    Window,
+    validate_data_spec,
+)
+from airflow_provider_primus.spec.errors import SpecError, SpecIssue
+from airflow_provider_primus.spec.loader import data_spec_json_schema, load_data_spec, read_document
+
+__all__ = [
+    "API_VERSION",
+    "FileSource",
+    "KafkaSource",
+    "Label",
+    "Metadata",
+    "MissingPolicy",
+    "MixtureEntry",
+    "Planning",
+    "PrimusData",
+    "Source",
+    "SourceSchema",
+    "Spec",
+    "SpecError",
+    "SpecIssue",
+    "StartPolicy",
+    "StrictModel",
+    "Transform",
+    "Window",
+    "data_spec_json_schema",
+    "load_data_spec",
+    "read_document",
+    "validate_data_spec",
+]

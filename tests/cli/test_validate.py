@@ -1,0 +1,75 @@
+"""``primus validate``, run in-process: no Kafka, no Airflow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from airflow_provider_primus.cli.main import main
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "primus-data.yaml"
+
+
+@pytest.fixture
+def bad_spec(tmp_path: Path) -> Path:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["sources"][0]["path_templte"] = doc["spec"]["sources"][0].pop("path_template")
+    doc["spec"]["mixture"][0]["weight"] = 0
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_valid_file_prints_one_ok_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(EXAMPLE)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["ok: PrimusData 'movielens': 2 sources"]
+    assert captured.err == ""
+
+
+def test_invalid_file_exits_2_listing_every_issue(bad_spec: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(bad_spec)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert lines[0] == f"error: {bad_spec}: 3 problems"
+    assert set(lines[1:]) == {
+        "spec.sources[0].path_template: required field is missing",
+        "spec.sources[0].path_templte: unknown field; did you mean 'path_template'?",
+        "spec.mixture[0].weight: must be greater than 0",
+    }
+
+
+def test_missing_file_exits_2_with_a_clear_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    absent = tmp_path / "absent.yaml"
+    assert main(["validate", str(absent)]) == 2
+    assert f"{absent}: no such file" in capsys.readouterr().err.splitlines()
+
+
+def test_yaml_syntax_error_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken.yml"
+    broken.write_text("kind: [PrimusData\n")
+    assert main(["validate", str(broken)]) == 2
+    assert f"{broken}: YAML syntax error at line 2" in capsys.readouterr().err
+
+
+def test_any_invalid_file_fails_the_run_but_all_are_checked(
+    bad_spec: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", str(bad_spec), str(EXAMPLE)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["ok: PrimusData 'movielens': 2 sources"]
+    assert f"error: {bad_spec}: 3 problems" in captured.err
+
+
+def test_json_output(bad_spec: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--json", str(EXAMPLE), str(bad_spec)]) == 2
+    good, bad = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert good == {"file": str(EXAMPLE), "ok": True, "summary": "PrimusData 'movielens': 2 sources"}
+    assert bad["ok"] is False
+    assert {"path": "spec.mixture[0].weight", "message": "must be greater than 0"} in bad["issues"]

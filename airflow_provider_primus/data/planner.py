@@ -20,21 +20,17 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from airflow_provider_primus.data.cache import PlanCache, fingerprint
+from airflow_provider_primus.data.errors import CorruptFileError, PlanCancelled
 from airflow_provider_primus.data.graph import SourceStats, TaskGraph
 from airflow_provider_primus.data.model import FileInfo, FilePartition, MissingPartition, Task, task_id
 from airflow_provider_primus.data.sizing import tasks_for_partition
 from airflow_provider_primus.data.sources.files import (
-    CorruptFileError,
     describe_file,
     list_partition_with_policy,
     open_filesystem,
     partition_times,
 )
 from airflow_provider_primus.data.sources.kafka import resolve_offsets
-
-
-class PlanCancelled(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)

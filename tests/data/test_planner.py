@@ -14,7 +14,7 @@ from kafka import KafkaProducer
 from airflow_provider_primus.bench.delayed_fs import delayed_filesystem
 from airflow_provider_primus.data.cache import PlanCache
 from airflow_provider_primus.data.graph import TaskGraph
-from airflow_provider_primus.data.planner import PlanOptions, plan
+from airflow_provider_primus.data.planner import PlanCancelled, PlanOptions, plan
 from airflow_provider_primus.data.sources.files import MissingPartitionError
 from airflow_provider_primus.spec import load_data_spec
 from tests.data.conftest import T0, files_source, hour_dir, spec_doc, write
@@ -230,3 +230,39 @@ def test_kafka_partitions_planned_from_timestamps_on_the_real_broker(kafka_broke
         (0, 50, None),
         (1, 50, None),
     ]
+
+
+def test_cancellation_stops_the_plan_and_wakes_waiting_partitions(tmp_path: Path, hours) -> None:
+    build_store(tmp_path, hours, marker=False)  # every partition waits for a marker that never comes
+    spec = load_data_spec(
+        spec_doc(
+            [
+                files_source(
+                    "s", tmp_path, success_marker="_SUCCESS", missing={"policy": "wait", "timeout_s": 600}
+                )
+            ]
+        )
+    )
+    options = PlanOptions(min_rows=1)
+    seen = []
+
+    def progress(p) -> None:
+        seen.append(p)
+        threading.Timer(0.2, options.cancel.set).start()  # e.g. Ctrl-C or the Airflow task being killed
+
+    options.progress = progress
+    started = time.monotonic()
+    with pytest.raises(PlanCancelled):
+        plan(spec, hours[0], hours[-1] + timedelta(hours=1), options)
+    assert time.monotonic() - started < 30, "waiting partitions were not woken by the cancellation"
+    assert seen and seen[0].partitions_total == 6
+
+
+def test_progress_reports_every_partition(tmp_path: Path, hours) -> None:
+    build_store(tmp_path, hours)
+    spec = load_data_spec(spec_doc([files_source("s", tmp_path)]))
+    seen = []
+    plan(spec, hours[0], hours[-1] + timedelta(hours=1), PlanOptions(min_rows=1, progress=seen.append))
+    assert seen[-1].partitions_done == seen[-1].partitions_total == 6
+    assert seen[-1].tasks == 12
+    assert [p.partitions_done for p in seen] == sorted(p.partitions_done for p in seen)

@@ -15,21 +15,16 @@ from typing import Any
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from airflow_provider_primus.data.errors import CorruptFileError, MissingPartitionError, PlanCancelled
 from airflow_provider_primus.data.model import FileInfo, MissingPartition
+
+__all__ = ["CorruptFileError", "MissingPartitionError", "describe_file", "list_partition_with_policy"]
 
 EXTENSIONS = {
     "parquet": (".parquet", ".pq", ".parq"),
     "csv": (".csv", ".csv.gz"),
     "jsonl": (".jsonl", ".json", ".ndjson", ".jsonl.gz"),
 }
-
-
-class MissingPartitionError(RuntimeError):
-    """A partition required by policy ``fail`` (or still absent after ``wait``) is missing."""
-
-    def __init__(self, missing: MissingPartition) -> None:
-        super().__init__(f"source {missing.source!r}: partition {missing.path} is missing ({missing.reason})")
-        self.missing = missing
 
 
 def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -97,8 +92,9 @@ def list_partition_with_policy(
     time_key: datetime,
     cancelled: Any = None,
 ) -> list[pafs.FileInfo] | MissingPartition:
-    deadline = time.monotonic() + (timeout_s or 0.0)
-    poll = min(30.0, max(0.5, (timeout_s or 0.0) / 20))
+    # policy 'wait' without timeout_s waits until the partition arrives or the plan is cancelled.
+    deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
+    poll = min(30.0, max(0.5, timeout_s / 20)) if timeout_s is not None else 10.0
     while True:
         found = list_partition(fs, directory, fmt=fmt, success_marker=success_marker)
         if not isinstance(found, str):
@@ -106,19 +102,18 @@ def list_partition_with_policy(
         missing = MissingPartition(source, time_key, directory, found)
         if policy == "skip":
             return missing
-        if (
-            policy == "fail"
-            or time.monotonic() + poll > deadline
-            or (cancelled is not None and cancelled.is_set())
-        ):
+        if cancelled is not None and cancelled.is_set():
+            raise PlanCancelled(f"planning cancelled while waiting for {directory}")
+        remaining = deadline - time.monotonic()
+        if policy == "fail" or remaining <= 0:
             if policy == "wait":
                 missing = MissingPartition(source, time_key, directory, f"{found}; waited {timeout_s}s")
             raise MissingPartitionError(missing)
         # Waiting for an upstream writer on a remote store: there is no notification to block on.
         if cancelled is not None:
-            cancelled.wait(poll)
+            cancelled.wait(min(poll, remaining))
         else:
-            time.sleep(poll)
+            time.sleep(min(poll, remaining))
 
 
 def describe_file(fs: pafs.FileSystem, entry: pafs.FileInfo, fmt: str) -> FileInfo:
@@ -132,9 +127,3 @@ def describe_file(fs: pafs.FileSystem, entry: pafs.FileInfo, fmt: str) -> FileIn
         raise CorruptFileError(entry.path, str(exc)) from exc
     groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
     return FileInfo(entry.path, int(entry.size or 0), int(meta.num_rows), groups)
-
-
-class CorruptFileError(RuntimeError):
-    def __init__(self, path: str, detail: str) -> None:
-        super().__init__(f"cannot read the Parquet footer of {path}: {detail}")
-        self.path = path

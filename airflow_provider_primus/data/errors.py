@@ -1,0 +1,25 @@
+"""Errors of the data layer, in one place so every adapter and the planner raise the same types."""
+
+from __future__ import annotations
+
+from airflow_provider_primus.data.model import MissingPartition
+
+
+class PlanCancelled(RuntimeError):
+    """Planning was cancelled (Ctrl-C, a killed Airflow task); nothing partial is returned."""
+
+
+class MissingPartitionError(RuntimeError):
+    """A partition required by policy ``fail`` (or still absent after ``wait``) is missing."""
+
+    def __init__(self, missing: MissingPartition) -> None:
+        super().__init__(f"source {missing.source!r}: partition {missing.path} is missing ({missing.reason})")
+        self.missing = missing
+
+
+class CorruptFileError(RuntimeError):
+    """A data file whose Parquet footer cannot be read."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        super().__init__(f"cannot read the Parquet footer of {path}: {detail}")
+        self.path = path

@@ -29,6 +29,21 @@ def register(sub: Any) -> None:
     p.add_argument("--workdir", type=Path, help="where to generate the stores (default: system temp)")
     p.set_defaults(handler=run_plan)
 
+    d = bsub.add_parser(
+        "dataplane",
+        help="the data service end to end (1 and 2 executors) vs reading in the trainer's process",
+        description="Generate a click-log Parquet store of ROWS rows, then read all of it to tensors "
+        "(a) in this process, (b) through the dispatcher, one executor process and the loader, "
+        "(c) the same with two executors; rows/s, CPU per million rows and peak memory side by side.",
+    )
+    d.add_argument("--rows", type=int, default=5_000_000)
+    d.add_argument("--files", type=int, help="Parquet files to generate (default: one per 500,000 rows)")
+    d.add_argument("--batch-rows", type=int, default=8192)
+    d.add_argument("--window", type=int, default=8, help="batches an executor reads ahead, at most")
+    d.add_argument("--credits", type=int, default=8, help="batches in flight per executor stream")
+    d.add_argument("--workdir", type=Path, help="where to generate the store (default: system temp)")
+    d.set_defaults(handler=run_dataplane)
+
 
 def run_plan(args: argparse.Namespace) -> int:
     from airflow_provider_primus.bench.plan import run
@@ -39,6 +54,21 @@ def run_plan(args: argparse.Namespace) -> int:
         delay_ms=args.delay_ms,
         local_files=args.local_files,
         workdir=args.workdir,
+    )
+    print(json.dumps(result))
+    return 0
+
+
+def run_dataplane(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.bench.dataplane import run
+
+    result = run(
+        rows=args.rows,
+        workdir=args.workdir,
+        batch_rows=args.batch_rows,
+        window=args.window,
+        credits=args.credits,
+        files=args.files,
     )
     print(json.dumps(result))
     return 0

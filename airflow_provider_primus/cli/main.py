@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from airflow_provider_primus import __version__
-from airflow_provider_primus.cli import bench, demo, doctor, kafka, plan, validate
+from airflow_provider_primus.cli import bench, demo, doctor, kafka, plan, serve_data, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.register(sub)
     plan.register(sub)
     bench.register(sub)
+    serve_data.register(sub)
     return parser
 
 

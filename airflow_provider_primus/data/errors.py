@@ -18,8 +18,8 @@ class MissingPartitionError(RuntimeError):
 
 
 class CorruptFileError(RuntimeError):
-    """A data file whose Parquet footer cannot be read."""
+    """A data file that cannot be read or decoded (corrupt, truncated, not of its format)."""
 
     def __init__(self, path: str, detail: str) -> None:
-        super().__init__(f"cannot read the Parquet footer of {path}: {detail}")
+        super().__init__(f"cannot read {path}: {detail}")
         self.path = path

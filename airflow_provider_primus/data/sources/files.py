@@ -124,6 +124,6 @@ def describe_file(fs: pafs.FileSystem, entry: pafs.FileInfo, fmt: str) -> FileIn
         with fs.open_input_file(entry.path) as handle:
             meta = pq.ParquetFile(handle).metadata
     except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for corrupt or truncated footers
-        raise CorruptFileError(entry.path, str(exc)) from exc
+        raise CorruptFileError(entry.path, f"unreadable Parquet footer: {exc}") from exc
     groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
     return FileInfo(entry.path, int(entry.size or 0), int(meta.num_rows), groups)

@@ -1,0 +1,394 @@
+"""``primus bench dataplane``: the data service end to end vs reading in the trainer's own process.
+
+Data: a click log (26 categorical IDs ``c1..c26``, 13 dense floats ``i1..i13`` with nulls, an int8
+``label``, an ``event_time``) written as Parquet, about ``ROWS_PER_FILE`` rows per file and two files
+per hourly partition, row groups of ``ROW_GROUP_ROWS`` rows; generated with a fixed seed in worker
+processes (not timed, and it leaves nothing in this process's memory). Its PrimusData spec hashes
+every ID into ``HASH_BUCKETS`` buckets and fills and casts every dense column; the planner cuts it
+into tasks of about ``TARGET_ROWS_PER_TASK`` rows.
+
+Variants, each over the same task graph, each checked to deliver exactly the planned rows:
+
+(a) **bare**: this process reads, transforms and converts every task to tensors itself;
+(b) **e2e1**: an in-process dispatcher service, one ``primus serve-data`` executor process and a
+    ``PrimusDataLoader`` iterating in this process to the end;
+(c) **e2e2**: the same with two executor processes.
+
+CPU is ``time.process_time()`` of this process: for (b) that is the loader plus the in-process
+dispatcher service's threads (and the memory sampler's), for (a) the whole read. Peak memory is
+sampled with psutil every ``SAMPLE_S`` seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from airflow_provider_primus.data.graph import TaskGraph
+from airflow_provider_primus.data.planner import PlanOptions, plan
+from airflow_provider_primus.data.reader import read_task
+from airflow_provider_primus.data.service.auth import TOKEN_ENV, new_token
+from airflow_provider_primus.data.service.dispatcher import Dispatcher
+from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
+from airflow_provider_primus.data.service.loader import PrimusDataLoader
+from airflow_provider_primus.data.sources.files import open_filesystem
+from airflow_provider_primus.data.tensors import to_tensors
+from airflow_provider_primus.data.transforms import BatchTransformer
+from airflow_provider_primus.process import parent_death_signal, stop_process_group
+from airflow_provider_primus.spec import load_data_spec
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+SEED = 20261129
+SPARSE = tuple(f"c{i}" for i in range(1, 27))
+DENSE = tuple(f"i{i}" for i in range(1, 14))
+# Distinct IDs per categorical column, shaped like the Criteo click logs (a few huge, many small).
+CARDINALITIES = (
+    1_460, 583, 10_000_000, 2_202_608, 305, 24, 12_517, 633, 3, 93_145, 5_683, 8_351_593, 3_194,
+    27, 14_992, 5_461_306, 10, 5_652, 2_173, 4, 7_046_547, 18, 15, 286_181, 105, 142_572,
+)  # fmt: skip
+DENSE_NULL_SHARE = (0.0, 0.45, 0.0, 0.2, 0.03, 0.22, 0.04, 0.0, 0.04, 0.45, 0.04, 0.77, 0.2)
+ROWS_PER_FILE = 500_000
+FILES_PER_HOUR = 2
+ROW_GROUP_ROWS = 65_536
+TARGET_ROWS_PER_TASK = 250_000
+HASH_BUCKETS = 1_000_003
+SAMPLE_S = 0.05
+MIB = 1024 * 1024
+
+
+class BenchmarkError(RuntimeError):
+    """A variant delivered other output than planned: its figures would be meaningless."""
+
+
+# -- data -------------------------------------------------------------------------------------------
+
+
+def click_table(index: int, rows: int, hour: datetime) -> pa.Table:
+    """File ``index`` of the click log: deterministic for a given (index, rows)."""
+    rng = np.random.default_rng([SEED, index])
+    columns: dict[str, pa.Array] = {}
+    for name, cardinality in zip(SPARSE, CARDINALITIES, strict=True):
+        # Power-law skew: low IDs are frequent (popular items), the tail is long.
+        skewed = np.floor(cardinality * rng.random(rows) ** 3).astype(np.int64)
+        columns[name] = pa.array(skewed)
+    for name, null_share in zip(DENSE, DENSE_NULL_SHARE, strict=True):
+        values = np.floor(rng.lognormal(mean=1.0, sigma=1.5, size=rows))
+        mask = rng.random(rows) < null_share if null_share else None
+        columns[name] = pa.array(values, type=pa.float64(), mask=mask)
+    columns["label"] = pa.array((rng.random(rows) < 0.25).astype(np.int8))
+    start_us = int(hour.timestamp() * 1_000_000)
+    offsets = np.sort(rng.integers(0, 3_600 * 1_000_000, rows, dtype=np.int64))
+    columns["event_time"] = pa.array(start_us + offsets, type=pa.timestamp("us", tz="UTC"))
+    return pa.table(columns)
+
+
+def write_files(root: str, indices: Sequence[int], rows: int) -> None:
+    """Files ``indices`` of the store, ``rows`` rows each (run in a worker process)."""
+    for index in indices:
+        hour = START + timedelta(hours=index // FILES_PER_HOUR)
+        part = Path(root) / hour.strftime("%Y-%m-%d") / hour.strftime("%H")
+        part.mkdir(parents=True, exist_ok=True)
+        pq.write_table(
+            click_table(index, rows, hour),
+            part / f"part-{index % FILES_PER_HOUR:03d}.parquet",
+            row_group_size=ROW_GROUP_ROWS,
+        )
+
+
+def write_store(root: Path, rows: int, files: int) -> int:
+    """``files`` Parquet files of ``ceil(rows / files)`` rows each; returns the rows written.
+
+    Plain worker processes (one per core): twice as fast on two cores, and nothing the generation
+    allocated stays in this process to blur its memory figures.
+    """
+    per_file = math.ceil(rows / files)
+    root.mkdir(parents=True, exist_ok=True)
+    workers = max(1, min(files, os.cpu_count() or 1))
+    procs = []
+    for w in range(workers):
+        code = (
+            "import sys, json; from airflow_provider_primus.bench.dataplane import write_files; "
+            "write_files(*json.loads(sys.argv[1]))"
+        )
+        argument = json.dumps([str(root), list(range(w, files, workers)), per_file])
+        command = [sys.executable, "-c", code, argument]
+        procs.append(subprocess.Popen(command, preexec_fn=parent_death_signal()))  # noqa: PLW1509
+    failed = [p.args for p in procs if p.wait() != 0]
+    if failed:
+        raise BenchmarkError(f"generating the store failed: {failed}")
+    for h in range(math.ceil(files / FILES_PER_HOUR)):
+        hour = START + timedelta(hours=h)
+        (root / hour.strftime("%Y-%m-%d") / hour.strftime("%H") / "_SUCCESS").touch()
+    return per_file * files
+
+
+def spec_document(root: Path) -> dict[str, Any]:
+    transforms: list[dict[str, Any]] = [{"column": c, "hash_bucket": HASH_BUCKETS} for c in SPARSE]
+    for name in DENSE:
+        transforms += [{"column": name, "fill": 0}, {"column": name, "cast": "float32"}]
+    return {
+        "apiVersion": "primus.dev/v1alpha1",
+        "kind": "PrimusData",
+        "metadata": {"name": "bench-dataplane"},
+        "spec": {
+            "planning": {"target_rows_per_task": TARGET_ROWS_PER_TASK},
+            "sources": [
+                {
+                    "name": "clicks",
+                    "type": "files",
+                    "format": "parquet",
+                    "uri": str(root),
+                    "path_template": "{date}/{hour}",
+                    "granularity": "hour",
+                    "success_marker": "_SUCCESS",
+                    "schema": {
+                        "sparse": list(SPARSE),
+                        "dense": list(DENSE),
+                        "label": {"column": "label"},
+                        "event_time": "event_time",
+                        "transforms": transforms,
+                    },
+                }
+            ],
+        },
+    }
+
+
+# -- measuring ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Sampler:
+    """Peak RSS (and last CPU time) of some processes, polled from a thread."""
+
+    pids: Sequence[int]
+    peak: dict[int, int] = field(default_factory=dict)
+    cpu_s: dict[int, float] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        self._procs = {pid: psutil.Process(pid) for pid in self.pids}
+
+    def sample(self) -> None:
+        for pid, proc in self._procs.items():
+            try:
+                rss = proc.memory_info().rss
+                times = proc.cpu_times()
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                continue  # an executor that has finished: its last sample stands
+            self.peak[pid] = max(self.peak.get(pid, 0), rss)
+            self.cpu_s[pid] = times.user + times.system
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            self.sample()
+
+    def __enter__(self) -> _Sampler:
+        self.sample()
+        self._thread = threading.Thread(target=self._run, name="primus-bench-rss", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.sample()
+
+
+@dataclass
+class _Variant:
+    rows: int
+    wall_s: float
+    cpu_s: float
+    label_sum: int
+    executor_peak_rss: int = 0
+    executor_cpu_s: float = 0.0
+    loader_rss_growth: int = 0
+
+
+def _expect(name: str, got: _Variant, planned: int, label_sum: int | None = None) -> None:
+    if got.rows != planned:
+        raise BenchmarkError(f"{name}: delivered {got.rows} rows, planned {planned}")
+    if label_sum is not None and got.label_sum != label_sum:
+        raise BenchmarkError(f"{name}: labels sum to {got.label_sum}, the bare read to {label_sum}")
+
+
+def run_bare(spec: Any, graph: TaskGraph, batch_rows: int) -> _Variant:
+    source = spec.spec.sources[0]
+    transformer = BatchTransformer(source.schema_)
+    columns = transformer.input_columns()
+    fs, _ = open_filesystem(source.uri)
+    rows = label_sum = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    for task in graph.tasks:
+        for batch in read_task(
+            task, fmt=source.format, columns=columns, batch_rows=batch_rows, filesystem=fs
+        ):
+            tensors = to_tensors(transformer(batch), sparse=SPARSE, dense=DENSE)
+            rows += len(tensors)
+            label_sum += int(tensors.labels.sum())
+    return _Variant(rows, time.perf_counter() - t0, time.process_time() - c0, label_sum)
+
+
+def _launch_executor(
+    name: str, dispatcher: str, spec_path: Path, token: str, *, window: int, batch_rows: int
+) -> subprocess.Popen[str]:
+    primus = Path(sys.executable).parent / "primus"
+    command = [str(primus)] if primus.exists() else [sys.executable, "-m", "airflow_provider_primus.cli.main"]
+    command += [
+        "serve-data",
+        str(spec_path),
+        "--dispatcher",
+        dispatcher,
+        "--name",
+        name,
+        "--window",
+        str(window),
+        "--batch-rows",
+        str(batch_rows),
+    ]
+    return subprocess.Popen(
+        command,
+        env=dict(os.environ, **{TOKEN_ENV: token}),  # never on the command line
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=parent_death_signal(),  # noqa: PLW1509 - it must not outlive the benchmark
+    )
+
+
+def run_service(
+    spec_path: Path,
+    graph: TaskGraph,
+    *,
+    executors: int,
+    batch_rows: int,
+    window: int,
+    credits: int,
+) -> _Variant:
+    token = new_token()
+    server = DispatcherServer(Dispatcher(graph.tasks, graph.edges), token).start()
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        procs = [
+            _launch_executor(
+                f"bench-e{i}", server.location, spec_path, token, window=window, batch_rows=batch_rows
+            )
+            for i in range(executors)
+        ]
+        for proc in procs:  # each prints its location once it serves
+            assert proc.stdout is not None
+            if not proc.stdout.readline():
+                raise BenchmarkError(f"an executor did not start (exit {proc.wait()})")
+        loader = PrimusDataLoader(server.location, token, sparse=SPARSE, dense=DENSE, credits=credits)
+        me = os.getpid()
+        rows = label_sum = 0
+        with _Sampler([me, *(p.pid for p in procs)]) as sampler:
+            base_rss = sampler.peak[me]
+            t0, c0 = time.perf_counter(), time.process_time()
+            for tensors in loader:
+                rows += len(tensors)
+                label_sum += int(tensors.labels.sum())
+            wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        status = server.dispatcher.status()
+        if status["quarantined"] or not status["finished"]:
+            raise BenchmarkError(f"the data job did not finish cleanly: {status}")
+        return _Variant(
+            rows,
+            wall_s,
+            cpu_s,
+            label_sum,
+            executor_peak_rss=max(sampler.peak.get(p.pid, 0) for p in procs),
+            executor_cpu_s=sum(sampler.cpu_s.get(p.pid, 0.0) for p in procs),
+            loader_rss_growth=max(0, sampler.peak[me] - base_rss),
+        )
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                stop_process_group(proc.pid, child=proc, grace_s=10)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        server.stop()
+
+
+# -- the benchmark ------------------------------------------------------------------------------------
+
+
+def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` names them
+    rows: int = 5_000_000,
+    workdir: Path | None = None,
+    batch_rows: int = 8192,
+    window: int = 8,
+    credits: int = 8,
+    files: int | None = None,
+) -> dict[str, Any]:
+    """One run of all three variants; ``files`` defaults to one per ``ROWS_PER_FILE`` rows."""
+    if rows < 1 or batch_rows < 1 or window < 1 or credits < 1:
+        raise ValueError("rows, batch_rows, window and credits must be at least 1")
+    files = files or max(1, math.ceil(rows / ROWS_PER_FILE))
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="primus-bench-dataplane-") as tmp:
+        root = Path(tmp) / "store"
+        written = write_store(root, rows, files)
+        spec_path = Path(tmp) / "data.yaml"
+        spec_path.write_text(yaml.safe_dump(spec_document(root), sort_keys=False))
+        spec = load_data_spec(spec_path)
+        hours = math.ceil(files / FILES_PER_HOUR)
+        graph = plan(spec, START, START + timedelta(hours=hours), PlanOptions())
+        planned = sum(t.rows or 0 for t in graph.tasks)
+        if planned != written or graph.problems:
+            raise BenchmarkError(f"planned {planned} of {written} rows; problems: {graph.problems}")
+
+        bare = run_bare(spec, graph, batch_rows)
+        _expect("bare", bare, planned)
+        knobs = {"batch_rows": batch_rows, "window": window, "credits": credits}
+        e2e1 = run_service(spec_path, graph, executors=1, **knobs)
+        _expect("e2e1", e2e1, planned, bare.label_sum)
+        e2e2 = run_service(spec_path, graph, executors=2, **knobs)
+        _expect("e2e2", e2e2, planned, bare.label_sum)
+
+    mrows = planned / 1e6
+    bare_rows_s = planned / bare.wall_s
+    e2e1_rows_s = planned / e2e1.wall_s
+    e2e2_rows_s = planned / e2e2.wall_s
+    bare_cpu = bare.cpu_s / mrows
+    loader_cpu = e2e1.cpu_s / mrows
+    return {
+        "rows": planned,
+        "files": files,
+        "tasks": len(graph.tasks),
+        "bare_rows_s": round(bare_rows_s),
+        "e2e1_rows_s": round(e2e1_rows_s),
+        "e2e2_rows_s": round(e2e2_rows_s),
+        "ratio": round(e2e1_rows_s / bare_rows_s, 3),
+        "ratio2": round(e2e2_rows_s / bare_rows_s, 3),
+        "loader_cpu_s_per_mrow": round(loader_cpu, 3),
+        "bare_cpu_s_per_mrow": round(bare_cpu, 3),
+        "cpu_ratio": round(loader_cpu / bare_cpu, 3),
+        "executor_cpu_s_per_mrow": round(e2e1.executor_cpu_s / mrows, 3),
+        "peak_rss_mb": {
+            "executor": round(max(e2e1.executor_peak_rss, e2e2.executor_peak_rss) / MIB),
+            "loader": round(max(e2e1.loader_rss_growth, e2e2.loader_rss_growth) / MIB),
+        },
+        "batch_rows": batch_rows,
+        "window": window,
+        "credits": credits,
+    }

@@ -1,0 +1,56 @@
+"""Per-job token authentication for every Flight server of a job (dispatcher and data executors).
+
+The token travels in the ``authorization`` header of each call, is compared in constant time and is
+never logged; it reaches processes through the environment (``PRIMUS_JOB_TOKEN``) or a file, never
+through a command line that ``ps`` would show.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from pyarrow import flight
+
+TOKEN_ENV = "PRIMUS_JOB_TOKEN"
+HEADER = "authorization"
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def load_token(token_file: Path | None = None) -> str:
+    if token_file is not None:
+        return token_file.read_text().strip()
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token:
+        raise RuntimeError(f"no job token: set {TOKEN_ENV} or pass --token-file")
+    return token
+
+
+class _TokenMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
+    pass
+
+
+class TokenAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self._expected = f"Bearer {token}".encode()
+
+    def start_call(self, info: Any, headers: dict[str, list[str | bytes]]) -> _TokenMiddleware:
+        values = headers.get(HEADER) or []
+        first = values[0] if values else b""
+        presented = first.encode() if isinstance(first, str) else first
+        if not hmac.compare_digest(presented, self._expected):
+            raise flight.FlightUnauthenticatedError("missing or wrong job token")
+        return _TokenMiddleware()
+
+
+def call_options(token: str, timeout_s: float | None = None) -> flight.FlightCallOptions:
+    return flight.FlightCallOptions(
+        headers=[(HEADER.encode(), f"Bearer {token}".encode())], timeout=timeout_s
+    )

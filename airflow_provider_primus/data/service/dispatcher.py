@@ -1,0 +1,295 @@
+"""The dispatcher: pull-based leasing of data tasks with exact, consumer-acknowledged progress.
+
+Model (after a reconcile loop: one owner of the state, every call idempotent):
+
+* A task is cut into **work items**: row ranges [start, end) of it (end None: to the task's end).
+  Progress is what the *consumer* acknowledged, per task, as a set of row ranges — never what a
+  reader read. A lease hands out an item from its first unacknowledged row.
+* An executor heartbeats; when it stops, every item it held (leased, or sent but not yet fully
+  acknowledged) goes back to the queue from its acknowledged position.
+* A task's failure (corrupt file, schema mismatch) is retried up to ``max_attempts`` leases, then
+  quarantined with its errors; the job fails only when quarantined tasks exceed ``max_failed_share``.
+* An idle executor with nothing to lease splits the largest remaining range of a straggler: the
+  straggler learns its shorter end at its next heartbeat.
+* With time-ordering barriers, an item is leased only when every group before its group is done.
+
+Rows of a task are deterministic (same files, same order), so a row re-read by another executor is
+the same row: the loader drops ranges it already yielded, which makes delivery exactly once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_primus.data.model import Task
+from airflow_provider_primus.data.service.intervals import IntervalSet
+
+PENDING, LEASED, SENT, DONE, QUARANTINED = "pending", "leased", "sent", "done", "quarantined"
+
+
+class JobFailed(RuntimeError):
+    """Too large a share of the graph's tasks is quarantined."""
+
+
+@dataclass
+class WorkItem:
+    item_id: str
+    task: Task
+    start: int
+    end: int | None
+    state: str = PENDING
+    attempts: int = 0
+    executor: str | None = None
+    epoch: int = 0
+    sent_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Lease:
+    item_id: str
+    task: Task
+    start_row: int
+    end_row: int | None
+    epoch: int
+
+
+@dataclass
+class ExecutorInfo:
+    name: str
+    location: str
+    last_seen: float
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        tasks: Iterable[Task],
+        edges: Iterable[tuple[str, str]] = (),
+        *,
+        progress: Mapping[str, Iterable[tuple[int, int]]] | None = None,
+        executor_timeout_s: float = 10.0,
+        ack_timeout_s: float = 60.0,
+        max_attempts: int = 3,
+        max_failed_share: float = 0.0,
+        min_split_rows: int = 50_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._lock = threading.RLock()
+        self.clock = clock
+        self.executor_timeout_s = executor_timeout_s
+        self.ack_timeout_s = ack_timeout_s
+        self.max_attempts = max_attempts
+        self.max_failed_share = max_failed_share
+        self.min_split_rows = min_split_rows
+        self.tasks: dict[str, Task] = {}
+        self.total_rows: dict[str, int] = {}
+        self.acked: dict[str, IntervalSet] = {}
+        self.items: dict[str, WorkItem] = {}
+        self.errors: dict[str, list[str]] = {}
+        self.quarantined: set[str] = set()
+        self.executors: dict[str, ExecutorInfo] = {}
+        self._group_open: dict[str, int] = {}
+        self._task_done: set[str] = set()
+        for task in tasks:
+            self.tasks[task.task_id] = task
+            self.acked[task.task_id] = IntervalSet((progress or {}).get(task.task_id, ()))
+            if task.rows is not None:
+                self.total_rows[task.task_id] = task.rows
+            self._group_open[task.group] = self._group_open.get(task.group, 0) + 1
+            self._add_item(task, 0, None)
+        self._before: dict[str, list[str]] = {}
+        for a, b in edges:
+            self._before.setdefault(b, []).append(a)
+        for task_id in list(self.tasks):
+            self._check_task_done(task_id)
+
+    # --- state helpers ---------------------------------------------------------------------------
+
+    def _add_item(self, task: Task, start: int, end: int | None) -> WorkItem:
+        item = WorkItem(f"{task.task_id}@{start}", task, start, end)
+        self.items[item.item_id] = item
+        return item
+
+    def _item_end(self, item: WorkItem) -> int | None:
+        return item.end if item.end is not None else self.total_rows.get(item.task.task_id)
+
+    def _item_complete(self, item: WorkItem) -> bool:
+        end = self._item_end(item)
+        return end is not None and self.acked[item.task.task_id].covers(item.start, end)
+
+    def _check_task_done(self, task_id: str) -> None:
+        if task_id in self._task_done:
+            return
+        task_items = [i for i in self.items.values() if i.task.task_id == task_id]
+        for item in task_items:
+            if item.state != QUARANTINED and self._item_complete(item):
+                item.state = DONE
+        if all(i.state == DONE for i in task_items):
+            self._task_done.add(task_id)
+            self._group_open[self.tasks[task_id].group] -= 1
+
+    def _eligible(self, item: WorkItem) -> bool:
+        return item.state == PENDING and all(
+            self._group_open.get(g, 0) == 0 for g in self._before.get(item.task.group, ())
+        )
+
+    def _reap(self) -> None:
+        now = self.clock()
+        for name, info in list(self.executors.items()):
+            if now - info.last_seen > self.executor_timeout_s:
+                del self.executors[name]
+        for item in self.items.values():
+            gone = item.executor is not None and item.executor not in self.executors
+            stale = item.state == SENT and now - item.sent_at > self.ack_timeout_s
+            if item.state in (LEASED, SENT) and (gone or stale):
+                item.state, item.executor = PENDING, None
+
+    # --- API (each method is one RPC of the dispatcher service) ---------------------------------
+
+    def register(self, executor: str, location: str) -> None:
+        with self._lock:
+            self.executors[executor] = ExecutorInfo(executor, location, self.clock())
+
+    def heartbeat(self, executor: str, metrics: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Keeps the executor's items; tells it the current end of each item it holds (splits) and
+        which items it no longer holds (reaped while it was unreachable)."""
+        with self._lock:
+            info = self.executors.get(executor)
+            if info is None:
+                return {"known": False}
+            info.last_seen = self.clock()
+            info.metrics = dict(metrics or {})
+            held = {i.item_id: self._item_end(i) for i in self.items.values() if i.executor == executor}
+            return {"known": True, "items": held}
+
+    def lease(self, executor: str) -> Lease | None:
+        with self._lock:
+            self._reap()
+            self._raise_if_failed()
+            if executor not in self.executors:
+                return None
+            self.executors[executor].last_seen = self.clock()
+            candidates = [i for i in self.items.values() if self._eligible(i)]
+            if not candidates:
+                split = self._split_for(executor)
+                if split is None:
+                    return None
+                candidates = [split]
+            item = min(
+                candidates,
+                key=lambda i: (-i.task.priority, i.task.group, i.task.task_id, i.start),
+            )
+            item.state, item.executor = LEASED, executor
+            item.attempts += 1
+            item.epoch += 1
+            start = self.acked[item.task.task_id].first_gap(item.start)
+            return Lease(item.item_id, item.task, start, item.end, item.epoch)
+
+    def _split_for(self, executor: str) -> WorkItem | None:
+        """Give an idle executor the second half of the largest unacknowledged leased range."""
+        best: tuple[int, WorkItem, int] | None = None
+        for item in self.items.values():
+            end = self._item_end(item)
+            if item.state != LEASED or end is None or item.executor == executor:
+                continue
+            pos = self.acked[item.task.task_id].first_gap(item.start)
+            remaining = end - pos
+            if remaining >= 2 * self.min_split_rows and (best is None or remaining > best[0]):
+                best = (remaining, item, pos)
+        if best is None:
+            return None
+        remaining, item, pos = best
+        mid = pos + remaining // 2
+        tail = self._add_item(item.task, mid, item.end)
+        item.end = mid
+        return tail
+
+    def release(self, executor: str, item_id: str, total_rows: int | None = None) -> None:
+        """The executor has sent every row of the item; it now waits for acknowledgements."""
+        with self._lock:
+            item = self.items.get(item_id)
+            if item is None or item.executor != executor or item.state != LEASED:
+                return
+            if total_rows is not None and item.task.task_id not in self.total_rows:
+                self.total_rows[item.task.task_id] = total_rows
+            item.state, item.sent_at = SENT, self.clock()
+            self._check_task_done(item.task.task_id)
+
+    def fail(self, executor: str, item_id: str, error: str) -> None:
+        with self._lock:
+            item = self.items.get(item_id)
+            if item is None or item.executor != executor:
+                return
+            task_id = item.task.task_id
+            self.errors.setdefault(task_id, []).append(error)
+            item.executor = None
+            if item.attempts >= self.max_attempts:
+                for other in self.items.values():
+                    if other.task.task_id == task_id:
+                        other.state = QUARANTINED
+                self.quarantined.add(task_id)
+                self._task_done.add(task_id)
+                self._group_open[item.task.group] -= 1
+            else:
+                item.state = PENDING
+
+    def ack(self, task_id: str, ranges: Iterable[tuple[int, int]]) -> None:
+        with self._lock:
+            acked = self.acked.get(task_id)
+            if acked is None:
+                return
+            for a, b in ranges:
+                acked.add(a, b)
+            self._check_task_done(task_id)
+
+    # --- views -----------------------------------------------------------------------------------
+
+    def _raise_if_failed(self) -> None:
+        if self.tasks and len(self.quarantined) / len(self.tasks) > self.max_failed_share:
+            raise JobFailed(self.failure_message())
+
+    def failure_message(self) -> str:
+        lines = [
+            f"{len(self.quarantined)} of {len(self.tasks)} tasks quarantined "
+            f"(allowed share {self.max_failed_share:.0%}):"
+        ]
+        lines += [f"  {t}: {self.errors.get(t, ['?'])[-1]}" for t in sorted(self.quarantined)]
+        return "\n".join(lines)
+
+    def failed(self) -> bool:
+        with self._lock:
+            return bool(self.tasks) and len(self.quarantined) / len(self.tasks) > self.max_failed_share
+
+    def finished(self) -> bool:
+        with self._lock:
+            return len(self._task_done) == len(self.tasks)
+
+    def progress(self) -> dict[str, list[tuple[int, int]]]:
+        """Acknowledged rows per task: what a checkpoint stores and a restart restores."""
+        with self._lock:
+            return {t: s.ranges() for t, s in self.acked.items() if s.ranges()}
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            self._reap()
+            states: dict[str, int] = {}
+            for item in self.items.values():
+                states[item.state] = states.get(item.state, 0) + 1
+            return {
+                "tasks": len(self.tasks),
+                "done": len(self._task_done) - len(self.quarantined),
+                "quarantined": {t: self.errors.get(t, []) for t in sorted(self.quarantined)},
+                "items": states,
+                "acked_rows": sum(s.total() for s in self.acked.values()),
+                "executors": {
+                    n: {"location": e.location, "metrics": e.metrics}
+                    for n, e in sorted(self.executors.items())
+                },
+                "finished": len(self._task_done) == len(self.tasks),
+                "failed": self.failed(),
+            }

@@ -1,0 +1,123 @@
+"""The dispatcher as a service: a Flight server whose actions are the dispatcher's methods.
+
+It will be hosted by the master (issue "Resource unification"); today tests and the benchmark host
+it in-process. Binds 127.0.0.1 unless told otherwise; every call needs the job token.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from pyarrow import flight
+
+from airflow_provider_primus.data.service.auth import TokenAuthFactory, call_options
+from airflow_provider_primus.data.service.dispatcher import Dispatcher, JobFailed, Lease
+from airflow_provider_primus.data.service.wire import dumps, loads, task_from_dict, task_to_dict
+
+
+class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
+    def __init__(self, dispatcher: Dispatcher, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(f"grpc://{host}:{port}", middleware={"auth": TokenAuthFactory(token)})
+        self.dispatcher = dispatcher
+        self.location = f"grpc://{host}:{self.port}"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> DispatcherServer:
+        self._thread = threading.Thread(target=self.serve, name="primus-dispatcher", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        return [(name, "") for name in ("register", "heartbeat", "lease", "release", "fail", "ack", "status")]
+
+    def do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
+        body = loads(action.body.to_pybytes()) or {}
+        d = self.dispatcher
+        kind = action.type
+        if kind == "register":
+            d.register(body["executor"], body["location"])
+            result: Any = True
+        elif kind == "heartbeat":
+            result = d.heartbeat(body["executor"], body.get("metrics"))
+        elif kind == "lease":
+            try:
+                lease = d.lease(body["executor"])
+            except JobFailed as exc:
+                result = {"failed": str(exc)}
+            else:
+                result = {"finished": d.finished()} if lease is None else _lease_to_dict(lease)
+        elif kind == "release":
+            d.release(body["executor"], body["item_id"], body.get("total_rows"))
+            result = True
+        elif kind == "fail":
+            d.fail(body["executor"], body["item_id"], body["error"])
+            result = True
+        elif kind == "ack":
+            for task_id, ranges in body["acks"].items():
+                d.ack(task_id, [tuple(r) for r in ranges])
+            result = True
+        elif kind == "status":
+            result = d.status()
+        else:
+            raise flight.FlightServerError(f"unknown action {kind!r}")
+        yield dumps(result)
+
+
+def _lease_to_dict(lease: Lease) -> dict[str, Any]:
+    return {
+        "item_id": lease.item_id,
+        "task": task_to_dict(lease.task),
+        "start_row": lease.start_row,
+        "end_row": lease.end_row,
+        "epoch": lease.epoch,
+    }
+
+
+class DispatcherClient:
+    """The executor's and the loader's side of the dispatcher service."""
+
+    def __init__(self, location: str, token: str, timeout_s: float = 30.0) -> None:
+        self._client = flight.FlightClient(location)
+        self._options = call_options(token, timeout_s)
+
+    def _call(self, kind: str, body: dict[str, Any]) -> Any:
+        results: Iterable[Any] = self._client.do_action(flight.Action(kind, dumps(body)), self._options)
+        return loads(next(iter(results)).body.to_pybytes())
+
+    def register(self, executor: str, location: str) -> None:
+        self._call("register", {"executor": executor, "location": location})
+
+    def heartbeat(self, executor: str, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("heartbeat", {"executor": executor, "metrics": metrics})
+        return result
+
+    def lease(self, executor: str) -> dict[str, Any]:
+        """A lease (``item_id``, ``task``, ``start_row``, ``end_row``) or ``{"finished": bool}`` or
+        ``{"failed": message}``."""
+        result: dict[str, Any] = self._call("lease", {"executor": executor})
+        if "task" in result:
+            result["task"] = task_from_dict(result["task"])
+        return result
+
+    def release(self, executor: str, item_id: str, total_rows: int | None) -> None:
+        self._call("release", {"executor": executor, "item_id": item_id, "total_rows": total_rows})
+
+    def fail(self, executor: str, item_id: str, error: str) -> None:
+        self._call("fail", {"executor": executor, "item_id": item_id, "error": error})
+
+    def ack(self, acks: dict[str, list[tuple[int, int]]]) -> None:
+        self._call("ack", {"acks": acks})
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("status", {})
+        return result
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,306 @@
+"""The data executor: leases tasks, reads and transforms them, serves batches over Arrow Flight.
+
+One process per executor (``primus serve-data``). Three threads:
+
+* the **reader** leases a work item, reads only the needed columns of its row range, transforms
+  them (vectorised) and puts batches into a queue of ``window`` slots — when the queue is full the
+  reader blocks, so a slow trainer slows the reads and memory stays bounded;
+* the **heartbeat** keeps the executor's leases, learns shortened ends (splits) and publishes
+  metrics (rows/s, bytes/s, time blocked on storage vs on credit, CPU seconds);
+* the **Flight server** streams batches to a trainer's loader over DoExchange, one batch per credit
+  the loader granted; each batch carries (task, first row, rows) so the loader can deduplicate and
+  acknowledge exactly.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import queue
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyarrow import flight
+
+from airflow_provider_primus.data.errors import CorruptFileError
+from airflow_provider_primus.data.reader import read_task
+from airflow_provider_primus.data.service.auth import TokenAuthFactory
+from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
+from airflow_provider_primus.data.service.wire import dumps, loads
+from airflow_provider_primus.data.sources.files import open_filesystem
+from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMismatchError
+
+BATCH, END, EOF = "batch", "end", "eof"
+
+
+@dataclass
+class Metrics:
+    started: float = field(default_factory=time.monotonic)
+    rows: int = 0
+    bytes: int = 0
+    batches_served: int = 0
+    blocked_storage_s: float = 0.0  # reading + decoding + transforming
+    blocked_credit_s: float = 0.0  # waiting for queue space (the trainer is slower)
+    max_queued: int = 0
+    failures: int = 0
+
+    def snapshot(self, queued: int) -> dict[str, Any]:
+        elapsed = max(1e-9, time.monotonic() - self.started)
+        return {
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "rows_per_s": round(self.rows / elapsed, 1),
+            "bytes_per_s": round(self.bytes / elapsed, 1),
+            "batches_served": self.batches_served,
+            "batches_waiting": queued,
+            "max_queued": self.max_queued,
+            "blocked_storage_s": round(self.blocked_storage_s, 3),
+            "blocked_credit_s": round(self.blocked_credit_s, 3),
+            "cpu_s": round(time.process_time(), 3),
+            "failures": self.failures,
+        }
+
+
+class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
+    def __init__(
+        self,
+        *,
+        name: str,
+        dispatcher: str,
+        token: str,
+        spec: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        window: int = 8,
+        batch_rows: int = 8192,
+        heartbeat_s: float = 1.0,
+        passthrough: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(f"grpc://{host}:{port}", middleware={"auth": TokenAuthFactory(token)})
+        self.name = name
+        self.location = f"grpc://{host}:{self.port}"
+        self.client = DispatcherClient(dispatcher, token)
+        self.spec = spec
+        self.window = window
+        self.batch_rows = batch_rows
+        self.heartbeat_s = heartbeat_s
+        self.passthrough = passthrough
+        self.transformers = {
+            s.name: BatchTransformer(s.schema_, passthrough=passthrough)
+            for s in spec.spec.sources
+            if s.type == "files"
+        }
+        self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=window)
+        self._front: collections.deque[tuple[Any, ...]] = collections.deque()
+        self.ends: dict[str, int | None] = {}
+        self.metrics = Metrics()
+        self.stopping = threading.Event()
+        self.eof_served = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.client.register(self.name, self.location)
+        for target, tname in ((self._read_loop, "reader"), (self._heartbeat_loop, "heartbeat")):
+            thread = threading.Thread(target=target, name=f"primus-{tname}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.shutdown()
+
+    # --- reader ----------------------------------------------------------------------------------
+
+    def _put(self, entry: tuple[Any, ...]) -> bool:
+        t0 = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                self.queue.put(entry, timeout=0.5)
+                self.metrics.blocked_credit_s += time.monotonic() - t0
+                self.metrics.max_queued = max(self.metrics.max_queued, self.queue.qsize())
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _read_loop(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                resp = self.client.lease(self.name)
+                if "failed" in resp:
+                    self._put((EOF, resp["failed"]))
+                    return
+                if "task" not in resp:
+                    if resp.get("finished"):
+                        self._put((EOF, None))
+                        return
+                    self.stopping.wait(0.1)  # nothing leasable right now: ask again shortly
+                    continue
+                self._serve_item(resp)
+        except Exception as exc:  # the dispatcher is gone: nothing more to serve
+            print(f"primus-executor {self.name}: reader stopped: {exc}", file=sys.stderr, flush=True)
+            self._put((EOF, str(exc)))
+
+    def _serve_item(self, lease: dict[str, Any]) -> None:
+        item_id, task = lease["item_id"], lease["task"]
+        start, end = lease["start_row"], lease["end_row"]
+        self.ends[item_id] = end
+        source = self.spec.spec.source(task.source)
+        transformer = self.transformers[source.name]
+        fs, _ = open_filesystem(source.uri)
+        pos = start
+        natural_end = True
+        try:
+            batches = read_task(
+                task,
+                fmt=source.format,
+                columns=[*transformer.input_columns(), *self.passthrough],
+                batch_rows=self.batch_rows,
+                start_row=start,
+                end_row=end,
+                filesystem=fs,
+            )
+            while True:
+                t0 = time.monotonic()
+                batch = next(batches, None)
+                if batch is None:
+                    break
+                if item_id not in self.ends:  # reclaimed while we were unreachable
+                    return
+                current_end = self.ends[item_id]
+                if current_end is not None and pos + batch.num_rows >= current_end:
+                    batch = batch.slice(0, max(0, current_end - pos))
+                    natural_end = False
+                out = transformer(batch) if batch.num_rows else None
+                self.metrics.blocked_storage_s += time.monotonic() - t0
+                if out is not None:
+                    if not self._put((BATCH, item_id, task.task_id, pos, out)):
+                        return
+                    pos += batch.num_rows
+                if not natural_end:
+                    break
+        except (CorruptFileError, SchemaMismatchError, OSError, pa.ArrowException) as exc:
+            self.metrics.failures += 1
+            self.ends.pop(item_id, None)
+            self.client.fail(self.name, item_id, f"{type(exc).__name__}: {exc}")
+            return
+        total = pos if (end is None and natural_end) else None
+        self._put((END, item_id, total))
+
+    # --- heartbeat -------------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while not self.stopping.wait(self.heartbeat_s):
+            try:
+                resp = self.client.heartbeat(self.name, self.metrics.snapshot(self.queue.qsize()))
+            except flight.FlightError:
+                continue
+            if not resp.get("known"):
+                self.client.register(self.name, self.location)
+                continue
+            held = resp["items"]
+            for item_id in list(self.ends):
+                if item_id in held:
+                    self.ends[item_id] = held[item_id]
+                else:
+                    self.ends.pop(item_id, None)
+
+    # --- Flight ----------------------------------------------------------------------------------
+
+    def _take(self, closed: threading.Event) -> tuple[Any, ...] | None:
+        if self._front:
+            return self._front.popleft()
+        while not closed.is_set() and not self.stopping.is_set():
+            try:
+                return self.queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+        return None
+
+    def do_action(self, context: Any, action: flight.Action) -> Any:
+        if action.type == "metrics":
+            yield dumps(self.metrics.snapshot(self.queue.qsize()))
+        else:
+            raise flight.FlightServerError(f"unknown action {action.type!r}")
+
+    def do_exchange(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+        credits = threading.Semaphore(0)
+        closed = threading.Event()
+
+        def read_credits() -> None:
+            try:
+                while True:
+                    chunk = reader.read_chunk()
+                    meta = loads(chunk.app_metadata.to_pybytes() if chunk.app_metadata else None) or {}
+                    for _ in range(int(meta.get("credit", 0))):
+                        credits.release()
+            except (StopIteration, flight.FlightError, pa.ArrowException, OSError):
+                pass
+            finally:
+                closed.set()
+                credits.release()
+
+        threading.Thread(target=read_credits, name="primus-credits", daemon=True).start()
+        started = False
+        while True:
+            entry = self._take(closed)
+            if entry is None:
+                return
+            kind = entry[0]
+            if kind == BATCH:
+                credits.acquire()
+                if closed.is_set():
+                    self._front.appendleft(entry)  # not delivered: the next consumer gets it
+                    return
+                _, item_id, task_id, first_row, out = entry
+                if not started:
+                    writer.begin(out.schema)
+                    started = True
+                writer.write_with_metadata(
+                    out, dumps({"task": task_id, "start": first_row, "rows": out.num_rows})
+                )
+                self.metrics.rows += out.num_rows
+                self.metrics.bytes += out.nbytes
+                self.metrics.batches_served += 1
+            elif kind == END:
+                _, item_id, total = entry
+                self.ends.pop(item_id, None)
+                self.client.release(self.name, item_id, total)
+            else:
+                if started:
+                    writer.write_metadata(dumps({"eof": True, "error": entry[1]}))
+                self._front.appendleft(entry)  # every later consumer sees the end too
+                self.eof_served.set()
+                return
+
+
+def serve(args: Any, spec: Any, token: str) -> int:
+    executor = DataExecutor(
+        name=args.name,
+        dispatcher=args.dispatcher,
+        token=token,
+        spec=spec,
+        host=args.host,
+        port=args.port,
+        window=args.window,
+        batch_rows=args.batch_rows,
+        passthrough=tuple(args.passthrough or ()),
+        heartbeat_s=args.heartbeat_s,
+    )
+    # The Flight server already accepts calls; this thread only waits for the end of the job.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: executor.stopping.set())
+    executor.start()
+    print(json.dumps({"executor": executor.name, "location": executor.location}), flush=True)
+    while not executor.stopping.wait(0.5):
+        if executor.eof_served.is_set():
+            break
+    executor.stop()
+    return 0

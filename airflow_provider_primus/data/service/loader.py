@@ -1,0 +1,196 @@
+"""``PrimusDataLoader``: the trainer side of the data service.
+
+Fan-in from every data executor the dispatcher knows (new ones are picked up while iterating),
+credit-based flow control (a batch consumed by the trainer returns one credit to the executor that
+sent it), conversion to torch tensors without per-row Python, and exact progress: a batch counts in
+``progress()`` once handed to the trainer, and is acknowledged to the dispatcher when the trainer
+asks for the next one (or stops iterating).
+Rows already consumed (re-sent after an executor died) are sliced away before they reach the
+trainer, so each planned row is yielded exactly once per pass. ``progress()`` is what a checkpoint
+stores; passing it back as ``progress=`` resumes with nothing lost or repeated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyarrow import flight
+
+from airflow_provider_primus.data.service.auth import call_options
+from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
+from airflow_provider_primus.data.service.intervals import IntervalSet
+from airflow_provider_primus.data.service.wire import dumps, loads
+from airflow_provider_primus.data.tensors import TensorBatch, to_tensors
+
+
+class DataServiceError(RuntimeError):
+    """The job failed (too many quarantined tasks) or the service stopped answering."""
+
+
+class _Connection:
+    """One DoExchange stream to one data executor."""
+
+    def __init__(self, name: str, location: str, token: str, credits: int, out: queue.Queue[Any]) -> None:
+        self.name = name
+        self.client = flight.FlightClient(location)
+        descriptor = flight.FlightDescriptor.for_command(b"consume")
+        self.writer, self.reader = self.client.do_exchange(descriptor, call_options(token))
+        self._lock = threading.Lock()
+        self.closed = False
+        self.grant(credits)
+        self.thread = threading.Thread(
+            target=self._pump, args=(out,), name=f"primus-fanin-{name}", daemon=True
+        )
+        self.thread.start()
+
+    def grant(self, n: int) -> None:
+        with self._lock:
+            if not self.closed:
+                try:
+                    self.writer.write_metadata(pa.py_buffer(dumps({"credit": n})))
+                except (flight.FlightError, pa.ArrowException, OSError):
+                    self.closed = True
+
+    def _pump(self, out: queue.Queue[Any]) -> None:
+        try:
+            while True:
+                chunk = self.reader.read_chunk()
+                meta = loads(chunk.app_metadata.to_pybytes() if chunk.app_metadata else None) or {}
+                if meta.get("eof"):
+                    if meta.get("error"):
+                        out.put((self, {"error": meta["error"]}, None))
+                    break
+                if chunk.data is not None:
+                    out.put((self, meta, chunk.data))
+        except StopIteration:
+            pass
+        except (flight.FlightError, pa.ArrowException, OSError):
+            pass  # the executor died: whatever it did not deliver is leased again
+        finally:
+            out.put((self, None, None))
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            with contextlib.suppress(flight.FlightError, pa.ArrowException, OSError):
+                self.writer.done_writing()
+        self.client.close()
+
+
+class PrimusDataLoader:
+    def __init__(
+        self,
+        dispatcher: str,
+        token: str,
+        *,
+        sparse: Sequence[str],
+        dense: Sequence[str],
+        extra: Sequence[str] = (),
+        credits: int = 4,
+        progress: Mapping[str, Iterable[tuple[int, int]]] | None = None,
+        poll_s: float = 0.2,
+        ack_every_s: float = 0.2,
+        stall_timeout_s: float = 600.0,
+    ) -> None:
+        self._token = token
+        self._dispatcher = DispatcherClient(dispatcher, token)
+        self.sparse, self.dense, self.extra = tuple(sparse), tuple(dense), tuple(extra)
+        self.credits = credits
+        self.poll_s = poll_s
+        self.ack_every_s = ack_every_s
+        self.stall_timeout_s = stall_timeout_s
+        self._consumed: dict[str, IntervalSet] = {t: IntervalSet(r) for t, r in (progress or {}).items()}
+        self._unacked: dict[str, list[tuple[int, int]]] = {}
+        self._handed: tuple[str, int, int] | None = None
+        self._connections: dict[str, _Connection] = {}
+        self._refused: dict[str, float] = {}
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self.rows = 0
+        self.duplicates_dropped = 0
+
+    def progress(self) -> dict[str, list[tuple[int, int]]]:
+        """Rows the trainer has consumed, per task (a checkpoint's data progress)."""
+        return {t: s.ranges() for t, s in self._consumed.items() if s.ranges()}
+
+    def _settle(self) -> None:
+        if self._handed is not None:
+            task, a, b = self._handed
+            self._unacked.setdefault(task, []).append((a, b))
+            self._handed = None
+
+    def _flush_acks(self) -> None:
+        if self._unacked:
+            acks, self._unacked = self._unacked, {}
+            self._dispatcher.ack(acks)
+
+    def _connect_new(self, status: dict[str, Any]) -> None:
+        now = time.monotonic()
+        for name, info in status["executors"].items():
+            location = info["location"]
+            key = f"{name}@{location}"
+            if key in self._connections or now - self._refused.get(key, -1e9) < 1.0:
+                continue
+            try:
+                self._connections[key] = _Connection(key, location, self._token, self.credits, self._queue)
+            except (flight.FlightError, pa.ArrowException, OSError):
+                self._refused[key] = now
+
+    def __iter__(self) -> Iterator[TensorBatch]:
+        last_ack = time.monotonic()
+        last_progress = time.monotonic()
+        status = self._dispatcher.status()
+        self._connect_new(status)
+        try:
+            while True:
+                try:
+                    conn, meta, data = self._queue.get(timeout=self.poll_s)
+                except queue.Empty:
+                    self._flush_acks()
+                    last_ack = time.monotonic()
+                    status = self._dispatcher.status()
+                    if status["failed"]:
+                        raise DataServiceError(f"data job failed: {status['quarantined']}") from None
+                    if status["finished"] and self._queue.empty():
+                        return
+                    self._connect_new(status)
+                    if time.monotonic() - last_progress > self.stall_timeout_s:
+                        raise DataServiceError(f"no data for {self.stall_timeout_s:.0f}s: {status}") from None
+                    continue
+                if data is None:
+                    if meta is None:  # the stream ended: forget it so a restarted executor reconnects
+                        self._connections.pop(conn.name, None)
+                        conn.close()
+                    continue
+                last_progress = time.monotonic()
+                task, start = meta["task"], int(meta["start"])
+                consumed = self._consumed.setdefault(task, IntervalSet())
+                fresh = consumed.missing(start, start + data.num_rows)
+                self.duplicates_dropped += data.num_rows - sum(b - a for a, b in fresh)
+                for a, b in fresh:
+                    piece = data.slice(a - start, b - a)
+                    # Progress counts a batch once it is handed to the trainer (like a stateful
+                    # DataLoader's state_dict), so a checkpoint taken after the training step
+                    # includes it; the dispatcher hears of it when the trainer asks for the next one.
+                    consumed.add(a, b)
+                    self.rows += b - a
+                    self._handed = (task, a, b)
+                    yield to_tensors(piece, sparse=self.sparse, dense=self.dense, extra=self.extra)
+                    self._settle()
+                conn.grant(1)
+                if time.monotonic() - last_ack >= self.ack_every_s:
+                    self._flush_acks()
+                    last_ack = time.monotonic()
+        finally:
+            try:
+                self._settle()
+                self._flush_acks()
+            finally:
+                for conn in list(self._connections.values()):
+                    conn.close()
+                self._connections.clear()

@@ -1,0 +1,92 @@
+"""Transformed Arrow batches (``BatchTransformer`` output) as the tensors a DLRM-style model takes.
+
+Conversion is whole-column: Arrow buffers become numpy arrays without copying where Arrow allows it
+(no nulls, fixed width), and one stack per feature group builds the row-major matrices the embedding
+and MLP layers read. Per-row Python here would dominate the trainer's input time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from airflow_provider_primus.data.transforms import EVENT_TIME, LABEL
+
+__all__ = ["TensorBatch", "to_tensors"]
+
+
+@dataclass
+class TensorBatch:
+    """One training batch. ``extra`` carries passthrough columns (row ids, keys) as numpy arrays."""
+
+    sparse: torch.Tensor  # int64 [n, n_sparse]
+    dense: torch.Tensor  # float32 [n, n_dense]
+    labels: torch.Tensor  # float32 [n]
+    event_time_ms: torch.Tensor | None = None  # int64 [n]; None when the source has no event time
+    extra: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
+    index = batch.schema.get_field_index(name)
+    if index < 0:
+        raise KeyError(f"column {name!r} is not in the batch (found: {', '.join(batch.schema.names)})")
+    return batch.column(index)
+
+
+def _matrix(batch: pa.RecordBatch, names: Sequence[str], dtype: type[np.generic]) -> np.ndarray[Any, Any]:
+    n = batch.num_rows
+    if not names:
+        return np.empty((n, 0), dtype=dtype)
+    out = np.empty((n, len(names)), dtype=dtype)
+    for j, name in enumerate(names):
+        values = _column(batch, name)
+        if values.null_count and np.issubdtype(dtype, np.integer):
+            # The transformer never emits null IDs; a null here means an untransformed batch.
+            raise ValueError(
+                f"sparse column {name!r} has {values.null_count} nulls; transform the batch first"
+            )
+        # Dense nulls become NaN (Arrow's to_numpy for floats); a fill transform chooses otherwise.
+        out[:, j] = values.to_numpy(zero_copy_only=False)
+    return out
+
+
+def to_tensors(
+    batch: pa.RecordBatch,
+    *,
+    sparse: Sequence[str],
+    dense: Sequence[str],
+    extra: Sequence[str] = (),
+) -> TensorBatch:
+    """Tensors from a transformed batch: sparse IDs, dense features, ``label`` and ``event_time``.
+
+    Null event times become 0 ms (the epoch) so a batch never fails on one incomplete stream event;
+    a watermark taken as the maximum is unaffected.
+    """
+    sparse_np = _matrix(batch, sparse, np.int64)
+    dense_np = _matrix(batch, dense, np.float32)
+    # A writable copy: torch warns on (and must not write through) Arrow's read-only buffers.
+    labels = np.array(_column(batch, LABEL).to_numpy(zero_copy_only=False), dtype=np.float32)
+    event_time: torch.Tensor | None = None
+    index = batch.schema.get_field_index(EVENT_TIME)
+    if index >= 0:
+        values = batch.column(index)
+        if pa.types.is_timestamp(values.type):
+            values = pc.cast(values, pa.timestamp("ms", tz=values.type.tz), safe=False)
+        millis = pc.fill_null(pc.cast(values, pa.int64()), 0).to_numpy()
+        event_time = torch.from_numpy(np.array(millis, dtype=np.int64))
+    return TensorBatch(
+        sparse=torch.from_numpy(sparse_np),
+        dense=torch.from_numpy(dense_np),
+        labels=torch.from_numpy(labels),
+        event_time_ms=event_time,
+        extra={name: _column(batch, name).to_numpy(zero_copy_only=False) for name in extra},
+    )

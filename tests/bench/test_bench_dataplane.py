@@ -1,0 +1,50 @@
+"""The data-plane benchmark runs end to end on a tiny store (figures are not asserted: not a timed test)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_primus.cli.main import main
+
+
+def test_bench_dataplane_prints_one_json_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "bench",
+            "dataplane",
+            "--rows",
+            "40000",
+            "--files",
+            "4",
+            "--batch-rows",
+            "2048",
+            "--window",
+            "4",
+            "--credits",
+            "4",
+            "--workdir",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert result["rows"] == 40_000  # 4 files x 10,000 rows, every one delivered by each variant
+    assert result["files"] == 4 and result["tasks"] == 4
+    assert (result["batch_rows"], result["window"], result["credits"]) == (2048, 4, 4)
+    for key in (
+        "bare_rows_s",
+        "e2e1_rows_s",
+        "e2e2_rows_s",
+        "ratio",
+        "ratio2",
+        "loader_cpu_s_per_mrow",
+        "bare_cpu_s_per_mrow",
+        "cpu_ratio",
+    ):
+        assert result[key] > 0, key
+    assert result["peak_rss_mb"]["executor"] > 0
+    assert result["peak_rss_mb"]["loader"] >= 0
+    assert list(tmp_path.iterdir()) == []  # the generated store is cleaned up

@@ -1,0 +1,127 @@
+"""The dispatcher's rules, driven by a deterministic clock (no sleeps)."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from airflow_provider_primus.data.model import FileSlice, Task
+from airflow_provider_primus.data.service.dispatcher import Dispatcher, JobFailed
+
+T = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def task(name: str, rows: int | None = 100, group: str = "s@0", priority: int = 0) -> Task:
+    return Task(
+        name, "s", "files", group, priority, rows, 1, (FileSlice(f"/{name}", 1, rows=rows),), partition_time=T
+    )
+
+
+def make(*tasks: Task, **kw) -> tuple[Dispatcher, Clock]:
+    clock = Clock()
+    d = Dispatcher(tasks, clock=clock, executor_timeout_s=10, **kw)
+    d.register("e1", "grpc://127.0.0.1:1")
+    return d, clock
+
+
+def test_lease_ack_done() -> None:
+    d, _ = make(task("a"))
+    lease = d.lease("e1")
+    assert lease is not None and (lease.start_row, lease.end_row) == (0, None)
+    assert d.lease("e1") is None  # nothing else to lease
+    d.ack("a", [(0, 60)])
+    assert not d.finished()
+    d.release("e1", lease.item_id)
+    d.ack("a", [(60, 100)])
+    assert d.finished() and d.progress() == {"a": [(0, 100)]}
+
+
+def test_priority_then_group_order() -> None:
+    d, _ = make(task("low", group="s@1"), task("high", group="s@2", priority=5), task("early", group="s@0"))
+    assert [d.lease("e1").task.task_id for _ in range(3)] == ["high", "early", "low"]  # type: ignore[union-attr]
+
+
+def test_barrier_waits_for_previous_group() -> None:
+    d, _ = make(task("h0", group="s@0"), task("h1", group="s@1"), edges=[("s@0", "s@1")])
+    first = d.lease("e1")
+    assert first is not None and first.task.task_id == "h0"
+    assert d.lease("e1") is None  # h1 waits for every task of s@0
+    d.ack("h0", [(0, 100)])
+    second = d.lease("e1")
+    assert second is not None and second.task.task_id == "h1"
+
+
+def test_dead_executor_returns_items_from_acked_position() -> None:
+    d, clock = make(task("a"))
+    lease = d.lease("e1")
+    d.ack("a", [(0, 40)])
+    clock.now = 11  # e1 missed its heartbeats
+    d.register("e2", "grpc://127.0.0.1:2")
+    again = d.lease("e2")
+    assert again is not None and again.item_id == lease.item_id and again.start_row == 40  # type: ignore[union-attr]
+    assert d.heartbeat("e1") == {"known": False}
+
+
+def test_heartbeat_keeps_leases() -> None:
+    d, clock = make(task("a"))
+    d.lease("e1")
+    for t in range(1, 30):
+        clock.now = t
+        assert d.heartbeat("e1")["known"]
+    d.register("e2", "x")
+    assert d.lease("e2") is None
+
+
+def test_retries_then_quarantine_under_threshold() -> None:
+    d, _ = make(task("bad"), task("good"), max_attempts=2, max_failed_share=0.5)
+    for _ in range(2):
+        lease = d.lease("e1")
+        assert lease is not None and lease.task.task_id == "bad"
+        d.fail("e1", lease.item_id, "CorruptFileError: /bad")
+    good = d.lease("e1")
+    assert good is not None and good.task.task_id == "good"
+    d.ack("good", [(0, 100)])
+    assert d.finished() and not d.failed()
+    assert d.status()["quarantined"] == {"bad": ["CorruptFileError: /bad", "CorruptFileError: /bad"]}
+
+
+def test_job_fails_over_the_threshold() -> None:
+    d, _ = make(task("bad"), task("good"), max_attempts=1, max_failed_share=0.0)
+    lease = d.lease("e1")
+    d.fail("e1", lease.item_id, "CorruptFileError: /bad")  # type: ignore[union-attr]
+    with pytest.raises(JobFailed, match="1 of 2 tasks quarantined"):
+        d.lease("e1")
+
+
+def test_idle_executor_splits_a_straggler() -> None:
+    d, _ = make(task("big", rows=1000), min_split_rows=100)
+    straggler = d.lease("e1")
+    d.ack("big", [(0, 200)])
+    d.register("e2", "y")
+    tail = d.lease("e2")
+    assert tail is not None and (tail.start_row, tail.end_row) == (600, None)
+    assert d.heartbeat("e1")["items"] == {straggler.item_id: 600}  # type: ignore[union-attr]
+    d.ack("big", [(200, 1000)])
+    assert d.finished()
+
+
+def test_restore_from_progress() -> None:
+    d, _ = make(task("a"), task("b"), progress={"a": [(0, 100)], "b": [(0, 30)]})
+    lease = d.lease("e1")
+    assert lease is not None and lease.task.task_id == "b" and lease.start_row == 30
+    assert d.lease("e1") is None
+
+
+def test_unknown_total_completes_on_release() -> None:
+    d, _ = make(task("csv", rows=None))
+    lease = d.lease("e1")
+    d.ack("csv", [(0, 70)])
+    d.release("e1", lease.item_id, total_rows=70)  # type: ignore[union-attr]
+    assert d.finished()

@@ -1,0 +1,192 @@
+"""The data service end to end: a dispatcher, real executor processes, Flight, the loader."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import psutil
+import pytest
+from pyarrow import flight
+
+from airflow_provider_primus.data.planner import PlanOptions, plan
+from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
+from airflow_provider_primus.data.service.loader import PrimusDataLoader
+from airflow_provider_primus.data.service.wire import loads
+from tests.data.service.conftest import DENSE, SPARSE, T0, ExecutorProcess, Store, start_dispatcher
+
+
+def loader_for(location: str, token: str, **kw) -> PrimusDataLoader:
+    return PrimusDataLoader(location, token, sparse=SPARSE, dense=DENSE, extra=["row_id"], **kw)
+
+
+def row_ids(batches) -> list[int]:
+    return [int(x) for b in batches for x in b.extra["row_id"]]
+
+
+def test_every_row_once_with_two_executors(store: Store, token: str, executors) -> None:
+    server = start_dispatcher(store.graph(), token)
+    try:
+        executors += [ExecutorProcess(f"e{i}", server.location, store.spec_path, token) for i in range(2)]
+        batches = list(loader_for(server.location, token))
+        ids = row_ids(batches)
+        assert Counter(ids) == Counter(range(store.rows))
+        first = batches[0]
+        assert first.sparse.shape[1] == 2 and first.dense.shape[1] == 1
+        assert int(first.sparse[:, 0].max()) < 1000  # user_id hashed into 1000 buckets
+        assert set(first.labels.unique().tolist()) <= {0.0, 1.0}
+        assert server.dispatcher.finished()
+    finally:
+        server.stop()
+
+
+def test_kill_minus_nine_at_random_points_delivers_each_planned_row_exactly_once(
+    store: Store, token: str, executors
+) -> None:
+    rng = random.Random(20261129)
+    graph = store.graph()
+    planned = Counter(range(store.rows))
+    for trial in range(10):
+        server = start_dispatcher(graph, token)
+        try:
+            pool = [
+                ExecutorProcess(f"t{trial}-e{i}", server.location, store.spec_path, token) for i in range(2)
+            ]
+            executors.extend(pool)
+            kill_at = rng.randrange(0, store.rows)
+            victim = rng.randrange(0, 2)
+            ids: list[int] = []
+            loader = loader_for(server.location, token)
+            for batch in loader:
+                ids.extend(int(x) for x in batch.extra["row_id"])
+                if kill_at is not None and len(ids) >= kill_at:
+                    pool[victim].kill()
+                    kill_at = None  # type: ignore[assignment]
+                    executors.append(ExecutorProcess(f"t{trial}-r", server.location, store.spec_path, token))
+            assert Counter(ids) == planned, f"trial {trial}: rows lost or repeated"
+        finally:
+            server.stop()
+            for e in executors:
+                e.stop()
+
+
+def test_resume_from_saved_progress_loses_and_repeats_nothing(store: Store, token: str, executors) -> None:
+    graph = store.graph()
+    server = start_dispatcher(graph, token)
+    first: list[int] = []
+    try:
+        executors.append(ExecutorProcess("a", server.location, store.spec_path, token))
+        loader = loader_for(server.location, token)
+        for batch in loader:
+            first.extend(int(x) for x in batch.extra["row_id"])
+            if len(first) >= store.rows // 3:
+                break
+        saved = loader.progress()  # what a checkpoint stores
+    finally:
+        server.stop()
+        executors[0].stop()
+    assert sum(b - a for ranges in saved.values() for a, b in ranges) == len(first)
+    server = start_dispatcher(graph, token, progress=saved)
+    try:
+        executors.append(ExecutorProcess("b", server.location, store.spec_path, token))
+        rest = row_ids(loader_for(server.location, token, progress=saved))
+    finally:
+        server.stop()
+    assert not set(first) & set(rest)
+    assert Counter(first + rest) == Counter(range(store.rows))
+
+
+def test_slow_consumer_keeps_executor_memory_bounded(tmp_path: Path, token: str, executors) -> None:
+    store = Store(tmp_path, hours=2, files=4, rows=20_000)
+    server = start_dispatcher(store.graph(), token)
+    try:
+        window, credits = 4, 2
+        ex = ExecutorProcess("slow", server.location, store.spec_path, token, window=window, batch_rows=1000)
+        executors.append(ex)
+        client = flight.FlightClient(ex.location)
+        from airflow_provider_primus.data.service.auth import call_options
+
+        loader = loader_for(server.location, token, credits=credits)
+        consumed = 0
+        rss = []
+        for _batch in loader:
+            consumed += 1
+            if consumed % 10 == 0:
+                time.sleep(0.05)  # the deliberately slow trainer
+                metrics = loads(
+                    next(
+                        iter(client.do_action(flight.Action("metrics", b""), call_options(token)))
+                    ).body.to_pybytes()
+                )
+                # Never more than its window waiting, never more than the granted credits in flight.
+                assert metrics["max_queued"] <= window
+                assert metrics["batches_served"] <= consumed + credits + 1
+                rss.append(psutil.Process(ex.proc.pid).memory_info().rss)
+            if consumed >= 100:
+                break
+        # 160,000 rows exist; the executor read only about what the trainer consumed plus its window.
+        metrics = loads(
+            next(iter(client.do_action(flight.Action("metrics", b""), call_options(token)))).body.to_pybytes()
+        )
+        assert metrics["rows"] <= (consumed + credits + 1) * 1000
+        assert metrics["blocked_credit_s"] > 0
+        assert max(rss) - min(rss) < 64 * 1024 * 1024
+    finally:
+        server.stop()
+
+
+def test_corrupt_file_is_quarantined_and_the_job_continues(store: Store, token: str, executors) -> None:
+    bad = store.root / "store" / T0.strftime("%Y-%m-%d") / "00" / "part-9.parquet"
+    good = bad.with_name("part-0.parquet").read_bytes()
+    bad.write_bytes(good[: len(good) // 2])  # truncated
+    graph = plan(store.spec, T0, T0 + timedelta(hours=store.hours), PlanOptions())
+    assert any("part-9.parquet" in p for p in graph.problems)
+    server = start_dispatcher(graph, token, max_attempts=2, max_failed_share=0.5)
+    try:
+        executors.append(ExecutorProcess("e", server.location, store.spec_path, token))
+        ids = row_ids(loader_for(server.location, token))
+        assert Counter(ids) == Counter(range(store.rows))  # every good row, once
+        status = DispatcherClient(server.location, token).status()
+        [(_task_id, errors)] = status["quarantined"].items()
+        assert len(errors) == 2 and all("part-9.parquet" in e for e in errors)
+    finally:
+        server.stop()
+
+
+def test_schema_mismatch_names_file_and_column(store: Store, token: str, executors) -> None:
+    import pyarrow.parquet as pq
+
+    from tests.data.service.conftest import click_table
+
+    odd = store.root / "store" / T0.strftime("%Y-%m-%d") / "01" / "part-7.parquet"
+    pq.write_table(click_table(10**9, 100, seed=1).drop_columns(["price"]), odd)
+    server = start_dispatcher(store.graph(), token, max_attempts=1, max_failed_share=0.5)
+    try:
+        executors.append(ExecutorProcess("e", server.location, store.spec_path, token))
+        list(loader_for(server.location, token))
+        [errors] = DispatcherClient(server.location, token).status()["quarantined"].values()
+        assert "part-7.parquet" in errors[0] and "price" in errors[0]
+    finally:
+        server.stop()
+
+
+def test_token_is_required(store: Store, token: str, executors) -> None:
+    server = start_dispatcher(store.graph(), token)
+    try:
+        executors.append(ExecutorProcess("e", server.location, store.spec_path, token))
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            DispatcherClient(server.location, "wrong").status()
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            list(flight.FlightClient(server.location).do_action(flight.Action("status", b"{}")))
+        # A data executor refuses a consumer without the token.
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            _writer, reader = flight.FlightClient(executors[0].location).do_exchange(
+                flight.FlightDescriptor.for_command(b"consume")
+            )
+            reader.read_chunk()
+        assert executors[0].location.startswith("grpc://127.0.0.1:")
+    finally:
+        server.stop()

@@ -21,6 +21,7 @@ sampled with psutil every ``SAMPLE_S`` seconds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
+import psutil  # type: ignore[import-untyped]  # comes with Airflow; no stubs installed
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
@@ -70,6 +71,7 @@ ROW_GROUP_ROWS = 65_536
 TARGET_ROWS_PER_TASK = 250_000
 HASH_BUCKETS = 1_000_003
 SAMPLE_S = 0.05
+EXIT_WAIT_S = 5.0
 MIB = 1024 * 1024
 
 
@@ -176,11 +178,12 @@ def spec_document(root: Path) -> dict[str, Any]:
 
 @dataclass
 class _Sampler:
-    """Peak RSS (and last CPU time) of some processes, polled from a thread."""
+    """Peak RSS and CPU seconds (since the first sample) of some processes, polled from a thread."""
 
     pids: Sequence[int]
     peak: dict[int, int] = field(default_factory=dict)
-    cpu_s: dict[int, float] = field(default_factory=dict)
+    cpu_first: dict[int, float] = field(default_factory=dict)
+    cpu_last: dict[int, float] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -195,7 +198,11 @@ class _Sampler:
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 continue  # an executor that has finished: its last sample stands
             self.peak[pid] = max(self.peak.get(pid, 0), rss)
-            self.cpu_s[pid] = times.user + times.system
+            self.cpu_first.setdefault(pid, times.user + times.system)
+            self.cpu_last[pid] = times.user + times.system
+
+    def cpu_s(self, pid: int) -> float:
+        return self.cpu_last.get(pid, 0.0) - self.cpu_first.get(pid, 0.0)
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_S):
@@ -223,6 +230,7 @@ class _Variant:
     executor_peak_rss: int = 0
     executor_cpu_s: float = 0.0
     loader_rss_growth: int = 0
+    executor_bad_exits: int = 0
 
 
 def _expect(name: str, got: _Variant, planned: int, label_sum: int | None = None) -> None:
@@ -312,14 +320,20 @@ def run_service(
         status = server.dispatcher.status()
         if status["quarantined"] or not status["finished"]:
             raise BenchmarkError(f"the data job did not finish cleanly: {status}")
+        # Executors exit by themselves once they have served the end of the job.
+        deadline = time.monotonic() + EXIT_WAIT_S
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         return _Variant(
             rows,
             wall_s,
             cpu_s,
             label_sum,
             executor_peak_rss=max(sampler.peak.get(p.pid, 0) for p in procs),
-            executor_cpu_s=sum(sampler.cpu_s.get(p.pid, 0.0) for p in procs),
+            executor_cpu_s=sum(sampler.cpu_s(p.pid) for p in procs),
             loader_rss_growth=max(0, sampler.peak[me] - base_rss),
+            executor_bad_exits=sum(1 for p in procs if p.returncode not in (None, 0)),
         )
     finally:
         for proc in procs:
@@ -384,6 +398,7 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
         "bare_cpu_s_per_mrow": round(bare_cpu, 3),
         "cpu_ratio": round(loader_cpu / bare_cpu, 3),
         "executor_cpu_s_per_mrow": round(e2e1.executor_cpu_s / mrows, 3),
+        "executor_bad_exits": e2e1.executor_bad_exits + e2e2.executor_bad_exits,
         "peak_rss_mb": {
             "executor": round(max(e2e1.executor_peak_rss, e2e2.executor_peak_rss) / MIB),
             "loader": round(max(e2e1.loader_rss_growth, e2e2.loader_rss_growth) / MIB),

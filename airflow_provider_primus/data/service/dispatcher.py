@@ -19,6 +19,7 @@ the same row: the loader drops ranges it already yielded, which makes delivery e
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -66,6 +67,9 @@ class ExecutorInfo:
 
 
 class Dispatcher:
+    """Thread-safe; every operation costs O(log n) in the number of work items (a heap of pending
+    items, indexes by task and by executor), so graphs of 100,000+ tasks lease as fast as small ones."""
+
     def __init__(
         self,
         tasks: Iterable[Task],
@@ -95,16 +99,24 @@ class Dispatcher:
         self.executors: dict[str, ExecutorInfo] = {}
         self._group_open: dict[str, int] = {}
         self._task_done: set[str] = set()
+        self._by_task: dict[str, list[WorkItem]] = {}
+        self._by_executor: dict[str, set[str]] = {}
+        self._leased: set[str] = set()
+        self._sent: set[str] = set()
+        self._heap: list[tuple[int, str, str, int, str]] = []
+        self._waiting: dict[str, list[str]] = {}  # group -> pending items held back by a barrier
+        self._before: dict[str, list[str]] = {}
+        self._after: dict[str, list[str]] = {}
+        for a, b in edges:
+            self._before.setdefault(b, []).append(a)
+            self._after.setdefault(a, []).append(b)
         for task in tasks:
             self.tasks[task.task_id] = task
             self.acked[task.task_id] = IntervalSet((progress or {}).get(task.task_id, ()))
             if task.rows is not None:
                 self.total_rows[task.task_id] = task.rows
             self._group_open[task.group] = self._group_open.get(task.group, 0) + 1
-            self._add_item(task, 0, None)
-        self._before: dict[str, list[str]] = {}
-        for a, b in edges:
-            self._before.setdefault(b, []).append(a)
+            self._push(self._add_item(task, 0, None))
         for task_id in list(self.tasks):
             self._check_task_done(task_id)
 
@@ -113,7 +125,27 @@ class Dispatcher:
     def _add_item(self, task: Task, start: int, end: int | None) -> WorkItem:
         item = WorkItem(f"{task.task_id}@{start}", task, start, end)
         self.items[item.item_id] = item
+        self._by_task.setdefault(task.task_id, []).append(item)
         return item
+
+    def _push(self, item: WorkItem) -> None:
+        t = item.task
+        heapq.heappush(self._heap, (-t.priority, t.group, t.task_id, item.start, item.item_id))
+
+    def _set_state(self, item: WorkItem, state: str, executor: str | None = None) -> None:
+        if item.executor is not None:
+            self._by_executor.get(item.executor, set()).discard(item.item_id)
+        self._leased.discard(item.item_id)
+        self._sent.discard(item.item_id)
+        item.state, item.executor = state, executor
+        if executor is not None:
+            self._by_executor.setdefault(executor, set()).add(item.item_id)
+        if state == LEASED:
+            self._leased.add(item.item_id)
+        elif state == SENT:
+            self._sent.add(item.item_id)
+        elif state == PENDING:
+            self._push(item)
 
     def _item_end(self, item: WorkItem) -> int | None:
         return item.end if item.end is not None else self.total_rows.get(item.task.task_id)
@@ -125,29 +157,51 @@ class Dispatcher:
     def _check_task_done(self, task_id: str) -> None:
         if task_id in self._task_done:
             return
-        task_items = [i for i in self.items.values() if i.task.task_id == task_id]
+        task_items = self._by_task[task_id]
         for item in task_items:
-            if item.state != QUARANTINED and self._item_complete(item):
-                item.state = DONE
+            if item.state not in (DONE, QUARANTINED) and self._item_complete(item):
+                self._set_state(item, DONE)
         if all(i.state == DONE for i in task_items):
-            self._task_done.add(task_id)
-            self._group_open[self.tasks[task_id].group] -= 1
+            self._close_task(task_id)
 
-    def _eligible(self, item: WorkItem) -> bool:
-        return item.state == PENDING and all(
-            self._group_open.get(g, 0) == 0 for g in self._before.get(item.task.group, ())
-        )
+    def _close_task(self, task_id: str) -> None:
+        self._task_done.add(task_id)
+        group = self.tasks[task_id].group
+        self._group_open[group] -= 1
+        if self._group_open[group] == 0:
+            for later in self._after.get(group, ()):
+                for item_id in self._waiting.pop(later, []):
+                    self._push(self.items[item_id])
+
+    def _barrier_open(self, item: WorkItem) -> bool:
+        return all(self._group_open.get(g, 0) == 0 for g in self._before.get(item.task.group, ()))
 
     def _reap(self) -> None:
         now = self.clock()
         for name, info in list(self.executors.items()):
             if now - info.last_seen > self.executor_timeout_s:
                 del self.executors[name]
-        for item in self.items.values():
-            gone = item.executor is not None and item.executor not in self.executors
-            stale = item.state == SENT and now - item.sent_at > self.ack_timeout_s
-            if item.state in (LEASED, SENT) and (gone or stale):
-                item.state, item.executor = PENDING, None
+                for item_id in list(self._by_executor.pop(name, set())):
+                    item = self.items[item_id]
+                    item.executor = None
+                    if item.state in (LEASED, SENT):
+                        self._set_state(item, PENDING)
+        for item_id in list(self._sent):
+            item = self.items[item_id]
+            if now - item.sent_at > self.ack_timeout_s:  # sent but never acknowledged: lost in flight
+                self._set_state(item, PENDING)
+
+    def _next_pending(self) -> WorkItem | None:
+        while self._heap:
+            *_, item_id = heapq.heappop(self._heap)
+            item = self.items[item_id]
+            if item.state != PENDING:
+                continue  # a stale heap entry
+            if not self._barrier_open(item):
+                self._waiting.setdefault(item.task.group, []).append(item_id)
+                continue
+            return item
+        return None
 
     # --- API (each method is one RPC of the dispatcher service) ---------------------------------
 
@@ -156,15 +210,15 @@ class Dispatcher:
             self.executors[executor] = ExecutorInfo(executor, location, self.clock())
 
     def heartbeat(self, executor: str, metrics: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Keeps the executor's items; tells it the current end of each item it holds (splits) and
-        which items it no longer holds (reaped while it was unreachable)."""
+        """Keeps the executor's items; tells it the current end of each item it holds (splits) and,
+        by omission, which items it no longer holds (reaped while it was unreachable)."""
         with self._lock:
             info = self.executors.get(executor)
             if info is None:
                 return {"known": False}
             info.last_seen = self.clock()
             info.metrics = dict(metrics or {})
-            held = {i.item_id: self._item_end(i) for i in self.items.values() if i.executor == executor}
+            held = {i: self._item_end(self.items[i]) for i in self._by_executor.get(executor, ())}
             return {"known": True, "items": held}
 
     def lease(self, executor: str) -> Lease | None:
@@ -174,17 +228,10 @@ class Dispatcher:
             if executor not in self.executors:
                 return None
             self.executors[executor].last_seen = self.clock()
-            candidates = [i for i in self.items.values() if self._eligible(i)]
-            if not candidates:
-                split = self._split_for(executor)
-                if split is None:
-                    return None
-                candidates = [split]
-            item = min(
-                candidates,
-                key=lambda i: (-i.task.priority, i.task.group, i.task.task_id, i.start),
-            )
-            item.state, item.executor = LEASED, executor
+            item = self._next_pending() or self._split_for(executor)
+            if item is None:
+                return None
+            self._set_state(item, LEASED, executor)
             item.attempts += 1
             item.epoch += 1
             start = self.acked[item.task.task_id].first_gap(item.start)
@@ -193,9 +240,10 @@ class Dispatcher:
     def _split_for(self, executor: str) -> WorkItem | None:
         """Give an idle executor the second half of the largest unacknowledged leased range."""
         best: tuple[int, WorkItem, int] | None = None
-        for item in self.items.values():
+        for item_id in self._leased:
+            item = self.items[item_id]
             end = self._item_end(item)
-            if item.state != LEASED or end is None or item.executor == executor:
+            if end is None or item.executor == executor:
                 continue
             pos = self.acked[item.task.task_id].first_gap(item.start)
             remaining = end - pos
@@ -217,7 +265,8 @@ class Dispatcher:
                 return
             if total_rows is not None and item.task.task_id not in self.total_rows:
                 self.total_rows[item.task.task_id] = total_rows
-            item.state, item.sent_at = SENT, self.clock()
+            self._set_state(item, SENT, executor)
+            item.sent_at = self.clock()
             self._check_task_done(item.task.task_id)
 
     def fail(self, executor: str, item_id: str, error: str) -> None:
@@ -227,16 +276,13 @@ class Dispatcher:
                 return
             task_id = item.task.task_id
             self.errors.setdefault(task_id, []).append(error)
-            item.executor = None
             if item.attempts >= self.max_attempts:
-                for other in self.items.values():
-                    if other.task.task_id == task_id:
-                        other.state = QUARANTINED
+                for other in self._by_task[task_id]:
+                    self._set_state(other, QUARANTINED)
                 self.quarantined.add(task_id)
-                self._task_done.add(task_id)
-                self._group_open[item.task.group] -= 1
+                self._close_task(task_id)
             else:
-                item.state = PENDING
+                self._set_state(item, PENDING)
 
     def ack(self, task_id: str, ranges: Iterable[tuple[int, int]]) -> None:
         with self._lock:
@@ -278,7 +324,7 @@ class Dispatcher:
         with self._lock:
             self._reap()
             states: dict[str, int] = {}
-            for item in self.items.values():
+            for item in self.items.values():  # O(items): a status view, not on the lease path
                 states[item.state] = states.get(item.state, 0) + 1
             return {
                 "tasks": len(self.tasks),

@@ -113,7 +113,11 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
             self._threads.append(thread)
 
     def stop(self) -> None:
+        """Stop our threads before the server: a Python thread still inside a Flight call while
+        the C++ server is torn down aborts the process."""
         self.stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
         self.shutdown()
 
     # --- reader ----------------------------------------------------------------------------------
@@ -247,18 +251,31 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                 closed.set()
                 credits.release()
 
-        threading.Thread(target=read_credits, name="primus-credits", daemon=True).start()
+        credit_thread = threading.Thread(target=read_credits, name="primus-credits", daemon=True)
+        credit_thread.start()
+        eof = False
+        try:
+            eof = self._stream(writer, credits, closed)
+        finally:
+            # The reader belongs to this call: let the credit thread finish with it before the call
+            # ends (the consumer half-closes after the end of stream, or the stream breaks).
+            credit_thread.join(timeout=10)
+        if eof:
+            self.eof_served.set()
+
+    def _stream(self, writer: Any, credits: threading.Semaphore, closed: threading.Event) -> bool:
+        """Serve batches until the consumer leaves (False) or the job's end was sent (True)."""
         started = False
         while True:
             entry = self._take(closed)
             if entry is None:
-                return
+                return False
             kind = entry[0]
             if kind == BATCH:
                 credits.acquire()
                 if closed.is_set():
                     self._front.appendleft(entry)  # not delivered: the next consumer gets it
-                    return
+                    return False
                 _, item_id, task_id, first_row, out = entry
                 if not started:
                     writer.begin(out.schema)
@@ -277,8 +294,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                 if started:
                     writer.write_metadata(dumps({"eof": True, "error": entry[1]}))
                 self._front.appendleft(entry)  # every later consumer sees the end too
-                self.eof_served.set()
-                return
+                return True
 
 
 def serve(args: Any, spec: Any, token: str) -> int:

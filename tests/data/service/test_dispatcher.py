@@ -125,3 +125,18 @@ def test_unknown_total_completes_on_release() -> None:
     d.ack("csv", [(0, 70)])
     d.release("e1", lease.item_id, total_rows=70)  # type: ignore[union-attr]
     assert d.finished()
+
+
+def test_many_tasks_with_barriers_all_complete_in_order() -> None:
+    """20,000 tasks in 200 ordered groups: every task leased once, groups never overlap."""
+    groups = [f"s@{g:03d}" for g in range(200)]
+    tasks = [task(f"t{g:03d}-{i:03d}", rows=10, group=groups[g]) for g in range(200) for i in range(100)]
+    d, _ = make(*tasks, edges=list(zip(groups, groups[1:], strict=False)))
+    seen: list[str] = []
+    while not d.finished():
+        lease = d.lease("e1")
+        assert lease is not None
+        seen.append(lease.task.group)
+        d.release("e1", lease.item_id)
+        d.ack(lease.task.task_id, [(0, 10)])
+    assert len(seen) == 20_000 and seen == sorted(seen)

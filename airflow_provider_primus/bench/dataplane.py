@@ -14,9 +14,13 @@ Variants, each over the same task graph, each checked to deliver exactly the pla
     ``PrimusDataLoader`` iterating in this process to the end;
 (c) **e2e2**: the same with two executor processes.
 
-CPU is ``time.process_time()`` of this process: for (b) that is the loader plus the in-process
-dispatcher service's threads (and the memory sampler's), for (a) the whole read. Peak memory is
-sampled with psutil every ``SAMPLE_S`` seconds.
+The service clocks start once every executor process has reported ready (so interpreter start-up
+is not counted; an executor may have read up to ``window`` batches by then) and stop when the
+loader's iteration ends, which includes its end-of-data detection. CPU is ``time.process_time()``
+of this process: for (b) that is the loader plus the in-process dispatcher service's threads (and
+the memory sampler's), for (a) the whole read. Executor CPU and peak RSS of every process are sampled
+with psutil every ``SAMPLE_S`` seconds; the loader's memory figure is this process's peak RSS growth
+during the iteration.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil  # type: ignore[import-untyped]  # comes with Airflow; no stubs installed
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
@@ -48,7 +52,7 @@ from airflow_provider_primus.data.reader import read_task
 from airflow_provider_primus.data.service.auth import TOKEN_ENV, new_token
 from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
-from airflow_provider_primus.data.service.loader import PrimusDataLoader
+from airflow_provider_primus.data.service.loader import DataServiceError, PrimusDataLoader
 from airflow_provider_primus.data.sources.files import open_filesystem
 from airflow_provider_primus.data.tensors import to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer
@@ -72,6 +76,7 @@ TARGET_ROWS_PER_TASK = 250_000
 HASH_BUCKETS = 1_000_003
 SAMPLE_S = 0.05
 EXIT_WAIT_S = 5.0
+STALL_S = 60.0  # a loader without data this long fails the run instead of waiting (default 600 s)
 MIB = 1024 * 1024
 
 
@@ -284,6 +289,17 @@ def _launch_executor(
     )
 
 
+def _unfinished(dispatcher: Dispatcher) -> str:
+    """The work items not done, with their acknowledged rows: what a stalled run was waiting for."""
+    items = [
+        f"{i.item_id} {i.state} by {i.executor} [{i.start}, {i.end}) "
+        f"acked {dispatcher.acked[i.task.task_id].ranges()}"
+        for i in list(dispatcher.items.values())
+        if i.state != "done"
+    ]
+    return "unfinished items: " + ("; ".join(items) or "none")
+
+
 def run_service(
     spec_path: Path,
     graph: TaskGraph,
@@ -307,15 +323,22 @@ def run_service(
             assert proc.stdout is not None
             if not proc.stdout.readline():
                 raise BenchmarkError(f"an executor did not start (exit {proc.wait()})")
-        loader = PrimusDataLoader(server.location, token, sparse=SPARSE, dense=DENSE, credits=credits)
+        loader = PrimusDataLoader(
+            server.location, token, sparse=SPARSE, dense=DENSE, credits=credits, stall_timeout_s=STALL_S
+        )
         me = os.getpid()
         rows = label_sum = 0
         with _Sampler([me, *(p.pid for p in procs)]) as sampler:
             base_rss = sampler.peak[me]
             t0, c0 = time.perf_counter(), time.process_time()
-            for tensors in loader:
-                rows += len(tensors)
-                label_sum += int(tensors.labels.sum())
+            try:
+                for tensors in loader:
+                    rows += len(tensors)
+                    label_sum += int(tensors.labels.sum())
+            except DataServiceError as exc:
+                raise BenchmarkError(
+                    f"{executors} executor(s): {exc}; {_unfinished(server.dispatcher)}"
+                ) from exc
             wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
         status = server.dispatcher.status()
         if status["quarantined"] or not status["finished"]:
@@ -356,8 +379,8 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
     files: int | None = None,
 ) -> dict[str, Any]:
     """One run of all three variants; ``files`` defaults to one per ``ROWS_PER_FILE`` rows."""
-    if rows < 1 or batch_rows < 1 or window < 1 or credits < 1:
-        raise ValueError("rows, batch_rows, window and credits must be at least 1")
+    if min(rows, batch_rows, window, credits, 1 if files is None else files) < 1:
+        raise ValueError("rows, files, batch_rows, window and credits must be at least 1")
     files = files or max(1, math.ceil(rows / ROWS_PER_FILE))
     with tempfile.TemporaryDirectory(dir=workdir, prefix="primus-bench-dataplane-") as tmp:
         root = Path(tmp) / "store"

@@ -8,6 +8,7 @@ The coordinator (the calling thread) is the only writer of the graph, so no lock
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 from collections.abc import Callable
@@ -172,18 +173,21 @@ def plan(
             if opts.progress is not None:
                 opts.progress(Progress(done, total, len(graph.tasks)))
 
-        # All I/O is in flight; size the cached partitions while it runs.
-        for part in from_cache:
-            finish_partition(part, cached=True)
-            done += 1
         report()
+        cached_left = collections.deque(from_cache)
         try:
-            while futures:
+            while futures or cached_left:
                 if opts.cancel.is_set():
                     raise PlanCancelled("planning cancelled")
+                # I/O completions first (each may start the next round trip); cached partitions
+                # are sized in the gaps, so they overlap the new partitions' round trips.
                 try:
-                    finished = [completed.get(timeout=0.5)]  # wakes up to notice cancellation
+                    finished = [completed.get(timeout=0.5 if not cached_left else 0)]
                 except queue.Empty:
+                    if cached_left:
+                        finish_partition(cached_left.popleft(), cached=True)
+                        done += 1
+                        report()
                     continue
                 for fut in finished:
                     kind, item = futures.pop(fut)

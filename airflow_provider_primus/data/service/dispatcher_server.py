@@ -35,7 +35,10 @@ class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
             self._thread.join(timeout=10)
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
-        return [(name, "") for name in ("register", "heartbeat", "lease", "release", "fail", "ack", "status")]
+        return [
+            (name, "")
+            for name in ("register", "heartbeat", "lease", "release", "fail", "ack", "finished", "status")
+        ]
 
     def do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
         body = loads(action.body.to_pybytes()) or {}
@@ -63,6 +66,8 @@ class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
             for task_id, ranges in body["acks"].items():
                 d.ack(task_id, [tuple(r) for r in ranges])
             result = True
+        elif kind == "finished":  # O(1): the loader asks this whenever it runs out of batches
+            result = {"finished": d.finished(), "failed": d.failed()}
         elif kind == "status":
             result = d.status()
         else:
@@ -114,6 +119,10 @@ class DispatcherClient:
 
     def ack(self, acks: dict[str, list[tuple[int, int]]]) -> None:
         self._call("ack", {"acks": acks})
+
+    def finished(self) -> dict[str, bool]:
+        result: dict[str, bool] = self._call("finished", {})
+        return result
 
     def status(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("status", {})

@@ -1,10 +1,11 @@
 """The data executor: leases tasks, reads and transforms them, serves batches over Arrow Flight.
 
-One process per executor (``primus serve-data``). Three threads:
+One process per executor (``primus serve-data``). Four threads:
 
-* the **reader** leases a work item, reads only the needed columns of its row range, transforms
-  them (vectorised) and puts batches into a queue of ``window`` slots — when the queue is full the
-  reader blocks, so a slow trainer slows the reads and memory stays bounded;
+* the **reader** leases a work item and decodes only the needed columns of its row range; the
+  **transform** thread applies the source's transforms (vectorised) to the previous batch meanwhile
+  and puts results into a queue of ``window`` slots — when the queue is full both block, so a slow
+  trainer slows the reads and memory stays bounded;
 * the **heartbeat** keeps the executor's leases, learns shortened ends (splits) and publishes
   metrics (rows/s, bytes/s, time blocked on storage vs on credit, CPU seconds);
 * the **Flight server** streams batches to a trainer's loader over DoExchange, one batch per credit
@@ -95,7 +96,11 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
             for s in spec.spec.sources
             if s.type == "files"
         }
+        # Decoded batches waiting for the transform thread (small: decoding runs at most this far
+        # ahead), then transformed batches waiting for credit (the executor's window).
+        self._raw: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=2)
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=window)
+        self._failed_items: set[str] = set()
         self._front: collections.deque[tuple[Any, ...]] = collections.deque()
         self.ends: dict[str, int | None] = {}
         self.metrics = Metrics()
@@ -107,7 +112,12 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
 
     def start(self) -> None:
         self.client.register(self.name, self.location)
-        for target, tname in ((self._read_loop, "reader"), (self._heartbeat_loop, "heartbeat")):
+        loops = (
+            (self._read_loop, "reader"),
+            (self._transform_loop, "transform"),
+            (self._heartbeat_loop, "heartbeat"),
+        )
+        for target, tname in loops:
             thread = threading.Thread(target=target, name=f"primus-{tname}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -122,13 +132,11 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
 
     # --- reader ----------------------------------------------------------------------------------
 
-    def _put(self, entry: tuple[Any, ...]) -> bool:
-        t0 = time.monotonic()
+    def _put(self, target: queue.Queue[tuple[Any, ...]], entry: tuple[Any, ...]) -> bool:
+        """Block until there is room (backpressure); False when the executor is stopping."""
         while not self.stopping.is_set():
             try:
-                self.queue.put(entry, timeout=0.5)
-                self.metrics.blocked_credit_s += time.monotonic() - t0
-                self.metrics.max_queued = max(self.metrics.max_queued, self.queue.qsize())
+                target.put(entry, timeout=0.5)
                 return True
             except queue.Full:
                 continue
@@ -139,20 +147,28 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
             while not self.stopping.is_set():
                 resp = self.client.lease(self.name)
                 if "failed" in resp:
-                    self._put((EOF, resp["failed"]))
+                    self._put(self._raw, (EOF, resp["failed"]))
                     return
                 if "task" not in resp:
                     if resp.get("finished"):
-                        self._put((EOF, None))
+                        self._put(self._raw, (EOF, None))
                         return
-                    self.stopping.wait(0.1)  # nothing leasable right now: ask again shortly
+                    self.stopping.wait(0.05)  # nothing leasable right now: ask again shortly
                     continue
-                self._serve_item(resp)
+                self._read_item(resp)
         except Exception as exc:  # the dispatcher is gone: nothing more to serve
             print(f"primus-executor {self.name}: reader stopped: {exc}", file=sys.stderr, flush=True)
-            self._put((EOF, str(exc)))
+            self._put(self._raw, (EOF, str(exc)))
 
-    def _serve_item(self, lease: dict[str, Any]) -> None:
+    def _fail(self, item_id: str, exc: BaseException) -> None:
+        self.metrics.failures += 1
+        self.ends.pop(item_id, None)
+        self._failed_items.add(item_id)
+        self.client.fail(self.name, item_id, f"{type(exc).__name__}: {exc}")
+
+    def _read_item(self, lease: dict[str, Any]) -> None:
+        """Read the item's rows (decode only); the transform thread works on the previous batch
+        meanwhile, so decoding and transforming overlap on two cores."""
         item_id, task = lease["item_id"], lease["task"]
         start, end = lease["start_row"], lease["end_row"]
         self.ends[item_id] = end
@@ -174,34 +190,66 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
             while True:
                 t0 = time.monotonic()
                 batch = next(batches, None)
+                self.metrics.blocked_storage_s += time.monotonic() - t0
                 if batch is None:
                     break
-                if item_id not in self.ends:  # reclaimed while we were unreachable
+                if item_id not in self.ends:  # reclaimed while we were unreachable, or failed
                     return
                 current_end = self.ends[item_id]
                 if current_end is not None and pos + batch.num_rows >= current_end:
                     batch = batch.slice(0, max(0, current_end - pos))
                     natural_end = False
-                out = transformer(batch) if batch.num_rows else None
-                self.metrics.blocked_storage_s += time.monotonic() - t0
-                if out is not None:
-                    if not self._put((BATCH, item_id, task.task_id, pos, out)):
+                if batch.num_rows:
+                    raw = (BATCH, item_id, task.task_id, pos, batch, transformer)
+                    if not self._put(self._raw, raw):
                         return
                     pos += batch.num_rows
                 if not natural_end:
                     break
         except (CorruptFileError, SchemaMismatchError, OSError, pa.ArrowException) as exc:
-            self.metrics.failures += 1
-            self.ends.pop(item_id, None)
-            self.client.fail(self.name, item_id, f"{type(exc).__name__}: {exc}")
+            self._fail(item_id, exc)
             return
         total = pos if (end is None and natural_end) else None
-        self._put((END, item_id, total))
+        self._put(self._raw, (END, item_id, total))
+
+    def _transform_loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                entry = self._raw.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            kind, item_id = entry[0], entry[1]
+            if kind == BATCH:
+                _, item_id, task_id, pos, batch, transformer = entry
+                if item_id in self._failed_items:
+                    continue
+                t0 = time.monotonic()
+                try:
+                    out = transformer(batch)
+                except (SchemaMismatchError, pa.ArrowException, ValueError) as exc:
+                    self._fail(item_id, exc)
+                    continue
+                t1 = time.monotonic()
+                self.metrics.blocked_storage_s += t1 - t0
+                if not self._put(self.queue, (BATCH, item_id, task_id, pos, out)):
+                    return
+                self.metrics.blocked_credit_s += time.monotonic() - t1
+                self.metrics.max_queued = max(self.metrics.max_queued, self.queue.qsize())
+            elif kind == END and item_id in self._failed_items:
+                continue
+            else:
+                if not self._put(self.queue, entry):
+                    return
+                if kind == EOF:
+                    return
 
     # --- heartbeat -------------------------------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
         while not self.stopping.wait(self.heartbeat_s):
+            # Only items we held *before* asking can be judged by the answer: one leased while the
+            # heartbeat was in flight is simply not in it yet.
+            asked_about = set(self.ends)
             try:
                 resp = self.client.heartbeat(self.name, self.metrics.snapshot(self.queue.qsize()))
             except flight.FlightError:
@@ -210,9 +258,10 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                 self.client.register(self.name, self.location)
                 continue
             held = resp["items"]
-            for item_id in list(self.ends):
+            for item_id in asked_about:
                 if item_id in held:
-                    self.ends[item_id] = held[item_id]
+                    if item_id in self.ends:
+                        self.ends[item_id] = held[item_id]
                 else:
                     self.ends.pop(item_id, None)
 

@@ -144,24 +144,36 @@ class PrimusDataLoader:
     def __iter__(self) -> Iterator[TensorBatch]:
         last_ack = time.monotonic()
         last_progress = time.monotonic()
-        status = self._dispatcher.status()
-        self._connect_new(status)
+        last_discovery = time.monotonic()
+        self._connect_new(self._dispatcher.status())
         try:
             while True:
                 try:
-                    conn, meta, data = self._queue.get(timeout=self.poll_s)
+                    # A short wait first: while batches flow, no control RPC is made per batch.
+                    conn, meta, data = self._queue.get(timeout=0.02)
                 except queue.Empty:
+                    # Out of batches: acknowledge now (that may be what finishes the pass) and ask
+                    # the cheap question before waiting.
                     self._flush_acks()
                     last_ack = time.monotonic()
-                    status = self._dispatcher.status()
-                    if status["failed"]:
+                    state = self._dispatcher.finished()
+                    if state["failed"]:
+                        status = self._dispatcher.status()
                         raise DataServiceError(f"data job failed: {status['quarantined']}") from None
-                    if status["finished"] and self._queue.empty():
+                    if state["finished"] and self._queue.empty():
                         return
-                    self._connect_new(status)
-                    if time.monotonic() - last_progress > self.stall_timeout_s:
-                        raise DataServiceError(f"no data for {self.stall_timeout_s:.0f}s: {status}") from None
-                    continue
+                    try:
+                        conn, meta, data = self._queue.get(timeout=self.poll_s)
+                    except queue.Empty:
+                        if time.monotonic() - last_discovery >= self.poll_s:
+                            status = self._dispatcher.status()
+                            self._connect_new(status)
+                            last_discovery = time.monotonic()
+                            if time.monotonic() - last_progress > self.stall_timeout_s:
+                                raise DataServiceError(
+                                    f"no data for {self.stall_timeout_s:.0f}s: {status}"
+                                ) from None
+                        continue
                 if data is None:
                     if meta is None:  # the stream ended: forget it so a restarted executor reconnects
                         self._connections.pop(conn.name, None)

@@ -20,6 +20,7 @@ from tests.data.service.conftest import DENSE, SPARSE, T0, ExecutorProcess, Stor
 
 
 def loader_for(location: str, token: str, **kw) -> PrimusDataLoader:
+    kw.setdefault("stall_timeout_s", 60)  # a hang fails the test with the dispatcher status
     return PrimusDataLoader(location, token, sparse=SPARSE, dense=DENSE, extra=["row_id"], **kw)
 
 

@@ -49,9 +49,10 @@ import yaml
 from airflow_provider_primus.data.graph import TaskGraph
 from airflow_provider_primus.data.planner import PlanOptions, plan
 from airflow_provider_primus.data.reader import read_task
-from airflow_provider_primus.data.service.auth import TOKEN_ENV, new_token
+from airflow_provider_primus.data.service.auth import new_token
 from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
+from airflow_provider_primus.data.service.launch import ExecutorStartError, launch_executor
 from airflow_provider_primus.data.service.loader import DataServiceError, PrimusDataLoader
 from airflow_provider_primus.data.sources.files import open_filesystem
 from airflow_provider_primus.data.tensors import to_tensors
@@ -262,33 +263,6 @@ def run_bare(spec: Any, graph: TaskGraph, batch_rows: int) -> _Variant:
     return _Variant(rows, time.perf_counter() - t0, time.process_time() - c0, label_sum)
 
 
-def _launch_executor(
-    name: str, dispatcher: str, spec_path: Path, token: str, *, window: int, batch_rows: int
-) -> subprocess.Popen[str]:
-    primus = Path(sys.executable).parent / "primus"
-    command = [str(primus)] if primus.exists() else [sys.executable, "-m", "airflow_provider_primus.cli.main"]
-    command += [
-        "serve-data",
-        str(spec_path),
-        "--dispatcher",
-        dispatcher,
-        "--name",
-        name,
-        "--window",
-        str(window),
-        "--batch-rows",
-        str(batch_rows),
-    ]
-    return subprocess.Popen(
-        command,
-        env=dict(os.environ, **{TOKEN_ENV: token}),  # never on the command line
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=parent_death_signal(),  # noqa: PLW1509 - it must not outlive the benchmark
-    )
-
-
 def _unfinished(dispatcher: Dispatcher) -> str:
     """The work items not done, with their acknowledged rows: what a stalled run was waiting for."""
     items = [
@@ -313,16 +287,14 @@ def run_service(
     server = DispatcherServer(Dispatcher(graph.tasks, graph.edges), token).start()
     procs: list[subprocess.Popen[str]] = []
     try:
-        procs = [
-            _launch_executor(
-                f"bench-e{i}", server.location, spec_path, token, window=window, batch_rows=batch_rows
-            )
-            for i in range(executors)
-        ]
-        for proc in procs:  # each prints its location once it serves
-            assert proc.stdout is not None
-            if not proc.stdout.readline():
-                raise BenchmarkError(f"an executor did not start (exit {proc.wait()})")
+        for i in range(executors):  # each is ready (serving) when launch_executor returns
+            try:
+                launched = launch_executor(
+                    f"bench-e{i}", server.location, spec_path, token, window=window, batch_rows=batch_rows
+                )
+            except ExecutorStartError as exc:
+                raise BenchmarkError(str(exc)) from exc
+            procs.append(launched.proc)
         loader = PrimusDataLoader(
             server.location, token, sparse=SPARSE, dense=DENSE, credits=credits, stall_timeout_s=STALL_S
         )

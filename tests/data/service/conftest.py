@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,10 +15,11 @@ import yaml
 
 from airflow_provider_primus.data.graph import TaskGraph
 from airflow_provider_primus.data.planner import PlanOptions, plan
-from airflow_provider_primus.data.service.auth import TOKEN_ENV, new_token
+from airflow_provider_primus.data.service.auth import new_token
 from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
-from airflow_provider_primus.process import parent_death_signal, stop_process_group
+from airflow_provider_primus.data.service.launch import ExecutorProcess as ExecutorProcess_
+from airflow_provider_primus.data.service.launch import launch_executor
 from airflow_provider_primus.spec import load_data_spec
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
@@ -106,60 +103,25 @@ def start_dispatcher(graph: TaskGraph, token: str, **kw: Any) -> DispatcherServe
     return DispatcherServer(Dispatcher(graph.tasks, graph.edges, **kw), token).start()
 
 
-class ExecutorProcess:
-    def __init__(
-        self,
-        name: str,
-        dispatcher: str,
-        spec_path: Path,
-        token: str,
-        *,
-        window: int = 4,
-        batch_rows: int = 256,
-    ) -> None:
-        env = dict(os.environ, **{TOKEN_ENV: token})
-        cmd = [
-            str(Path(sys.executable).parent / "primus"),
-            "serve-data",
-            str(spec_path),
-            "--dispatcher",
-            dispatcher,
-            "--name",
-            name,
-            "--window",
-            str(window),
-            "--batch-rows",
-            str(batch_rows),
-            "--heartbeat-s",
-            "0.3",
-            "--passthrough",
-            "row_id",
-        ]
-        self.proc = subprocess.Popen(
-            cmd,
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-            preexec_fn=parent_death_signal(),  # noqa: PLW1509
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, f"executor {name} did not start (exit {self.proc.poll()})"
-        self.location = json.loads(line)["location"]
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            stop_process_group(self.proc.pid, child=self.proc, grace_s=10)
+def ExecutorProcess(
+    name: str, dispatcher: str, spec_path: Path, token: str, *, window: int = 4, batch_rows: int = 256
+) -> ExecutorProcess_:
+    """A real executor process with a fast heartbeat and the row ids passed through."""
+    return launch_executor(
+        name,
+        dispatcher,
+        spec_path,
+        token,
+        window=window,
+        batch_rows=batch_rows,
+        heartbeat_s=0.3,
+        passthrough=("row_id",),
+    )
 
 
 @pytest.fixture
-def executors() -> Iterator[list[ExecutorProcess]]:
-    started: list[ExecutorProcess] = []
+def executors() -> Iterator[list[ExecutorProcess_]]:
+    started: list[ExecutorProcess_] = []
     yield started
     for e in started:
         e.stop()

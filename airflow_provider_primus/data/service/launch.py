@@ -1,0 +1,81 @@
+"""Starting a data executor process (``primus serve-data``) the way every caller must: token in the
+environment (never on the command line), tied to its launcher's life, ready only once it printed its
+location. The local backend, the benchmark and the tests share this one launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from airflow_provider_primus.data.service.auth import TOKEN_ENV
+from airflow_provider_primus.process import parent_death_signal, stop_process_group
+
+
+class ExecutorStartError(RuntimeError):
+    pass
+
+
+@dataclass
+class ExecutorProcess:
+    name: str
+    proc: subprocess.Popen[str]
+    location: str
+
+    def kill(self) -> None:
+        """SIGKILL, no clean-up: what a crashed or OOM-killed executor looks like."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        if self.proc.poll() is None:
+            stop_process_group(self.proc.pid, child=self.proc, grace_s=grace_s)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def launch_executor(
+    name: str,
+    dispatcher: str,
+    spec_path: Path,
+    token: str,
+    *,
+    window: int = 8,
+    batch_rows: int = 8192,
+    heartbeat_s: float | None = None,
+    passthrough: tuple[str, ...] = (),
+) -> ExecutorProcess:
+    primus = Path(sys.executable).parent / "primus"
+    command = [str(primus)] if primus.exists() else [sys.executable, "-m", "airflow_provider_primus.cli.main"]
+    command += [
+        "serve-data",
+        str(spec_path),
+        "--dispatcher",
+        dispatcher,
+        "--name",
+        name,
+        "--window",
+        str(window),
+        "--batch-rows",
+        str(batch_rows),
+    ]
+    if heartbeat_s is not None:
+        command += ["--heartbeat-s", str(heartbeat_s)]
+    if passthrough:
+        command += ["--passthrough", *passthrough]
+    proc = subprocess.Popen(
+        command,
+        env=dict(os.environ, **{TOKEN_ENV: token}),
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=parent_death_signal(),  # noqa: PLW1509 - it must not outlive its launcher
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise ExecutorStartError(f"data executor {name} did not start (exit {proc.wait()})")
+    return ExecutorProcess(name, proc, json.loads(line)["location"])

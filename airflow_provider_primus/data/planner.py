@@ -87,6 +87,7 @@ def plan(
     groups: dict[str, list[datetime]] = {}
     to_cache: list[tuple[str, datetime, tuple[FileInfo, ...]]] = []
     from_cache: list[FilePartition] = []
+    fs_by_source: dict[str, pafs.FileSystem] = {}  # resolved once per source, reused by footer reads
 
     def add_tasks(source: str, tasks: list[Task]) -> None:
         stats = graph.stats[source]
@@ -143,6 +144,7 @@ def plan(
                 total += 1
                 continue
             fs, root = (opts.filesystem or open_filesystem)(source.uri)
+            fs_by_source[source.name] = fs
             fp = _source_fingerprint(source)
             times = list(partition_times(start, end or start, source.granularity))
             total += len(times)
@@ -165,9 +167,6 @@ def plan(
                     cancelled=opts.cancel,
                 )
                 track(lfut, ("list", _Pending(source, t, path, fp)))
-        fs_by_source = {
-            s.name: (opts.filesystem or open_filesystem)(s.uri)[0] for s in spec.sources if s.type == "files"
-        }
 
         def report() -> None:
             if opts.progress is not None:
@@ -192,10 +191,9 @@ def plan(
                 for fut in finished:
                     kind, item = futures.pop(fut)
                     if kind == "kafka":
-                        add_tasks(
-                            item.name, _kafka_tasks(item, fut.result(), target, priorities.get(item.name, 0))
-                        )
-                        graph.stats[item.name].partitions += len(fut.result())
+                        ranges = fut.result()
+                        add_tasks(item.name, _kafka_tasks(item, ranges, target, priorities.get(item.name, 0)))
+                        graph.stats[item.name].partitions += len(ranges)
                         done += 1
                     elif kind == "list":
                         found = fut.result()

@@ -5,30 +5,26 @@ Airflow in the demo, later the executors): nothing we start may outlive its owne
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-_PR_SET_PDEATHSIG = 1
+_GUARD = Path(__file__).with_name("_orphan_guard.py")
 
 
-def parent_death_signal(sig: int = signal.SIGTERM) -> Callable[[], None]:
-    """A ``preexec_fn`` asking Linux to send ``sig`` to the child when its launching thread dies.
+def tied_to_launcher(command: Sequence[str], sig: int = signal.SIGTERM) -> list[str]:
+    """``command`` wrapped so Linux sends ``sig`` to it when the thread launching it dies.
 
-    libc is loaded here, in the parent, so the child between fork and exec only makes one system
-    call and takes no lock: that is what makes this ``preexec_fn`` safe next to other threads.
+    The wrapper is a tiny stdlib-only script started with ``python -S`` (about 20 ms); it calls
+    ``prctl`` in the child and execs ``command``. See ``_orphan_guard`` for why this is not a
+    ``preexec_fn``.
     """
-    prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-
-    def _preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sig)
-
-    return _preexec
+    return [sys.executable, "-S", "-E", str(_GUARD), str(os.getpid()), str(int(sig)), "--", *command]
 
 
 def pid_alive(pid: int) -> bool:

@@ -57,7 +57,7 @@ from airflow_provider_primus.data.service.loader import DataServiceError, Primus
 from airflow_provider_primus.data.sources.files import open_filesystem
 from airflow_provider_primus.data.tensors import to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer
-from airflow_provider_primus.process import parent_death_signal, stop_process_group
+from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 from airflow_provider_primus.spec import load_data_spec
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -137,7 +137,7 @@ def write_store(root: Path, rows: int, files: int) -> int:
         )
         argument = json.dumps([str(root), list(range(w, files, workers)), per_file])
         command = [sys.executable, "-c", code, argument]
-        procs.append(subprocess.Popen(command, preexec_fn=parent_death_signal()))  # noqa: PLW1509
+        procs.append(subprocess.Popen(tied_to_launcher(command)))
     failed = [p.args for p in procs if p.wait() != 0]
     if failed:
         raise BenchmarkError(f"generating the store failed: {failed}")

@@ -22,7 +22,7 @@ import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
-from airflow_provider_primus.process import parent_death_signal, stop_process_group
+from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 
 LOOPBACK = "127.0.0.1"
 COMPONENTS: dict[str, list[str]] = {
@@ -105,14 +105,13 @@ class AirflowLocal:
         for name, args in COMPONENTS.items():
             with open(self.log_dir / f"{name}.log", "ab") as log:
                 self.processes[name] = subprocess.Popen(
-                    self._airflow(*args),
+                    tied_to_launcher(self._airflow(*args)),
                     env=self.env,
                     cwd=self.home,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=parent_death_signal(),  # noqa: PLW1509 - see parent_death_signal
                 )
 
     def exited(self) -> list[str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_provider_primus.data.service.auth import TOKEN_ENV
-from airflow_provider_primus.process import parent_death_signal, stop_process_group
+from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 
 
 class ExecutorStartError(RuntimeError):
@@ -67,12 +67,11 @@ def launch_executor(
     if passthrough:
         command += ["--passthrough", *passthrough]
     proc = subprocess.Popen(
-        command,
+        tied_to_launcher(command),
         env=dict(os.environ, **{TOKEN_ENV: token}),
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=parent_death_signal(),  # noqa: PLW1509 - it must not outlive its launcher
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 
 from airflow_provider_primus.embedded.kafka.distribution import KafkaDistribution
-from airflow_provider_primus.process import parent_death_signal, stop_process_group
+from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 
 LOOPBACK = "127.0.0.1"
 # Marks broker JVMs started by this package; tests and scripts find stray ones by it.
@@ -249,15 +249,15 @@ class EmbeddedKafka:
         if fmt.returncode != 0:
             raise BrokerError(f"formatting KRaft storage failed:\n{fmt.stdout}{fmt.stderr}")
 
+        command = self._java_cmd("kafka.Kafka", str(props_file))
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(
-                self._java_cmd("kafka.Kafka", str(props_file)),
+                command if self.detach else tied_to_launcher(command),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self.workdir,
                 start_new_session=True,
-                preexec_fn=None if self.detach else parent_death_signal(),  # noqa: PLW1509 - see parent_death_signal
             )
         bootstrap = f"{LOOPBACK}:{port}"
         deadline = time.monotonic() + timeout_s

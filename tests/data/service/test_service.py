@@ -14,6 +14,7 @@ from pyarrow import flight
 
 from airflow_provider_primus.data.planner import PlanOptions, plan
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
+from airflow_provider_primus.data.service.launch import ExecutorProcess as ExecutorProcess_
 from airflow_provider_primus.data.service.loader import PrimusDataLoader
 from airflow_provider_primus.data.service.wire import loads
 from tests.data.service.conftest import DENSE, SPARSE, T0, ExecutorProcess, Store, start_dispatcher
@@ -53,10 +54,10 @@ def test_kill_minus_nine_at_random_points_delivers_each_planned_row_exactly_once
     for trial in range(10):
         server = start_dispatcher(graph, token)
         try:
-            pool = [
-                ExecutorProcess(f"t{trial}-e{i}", server.location, store.spec_path, token) for i in range(2)
-            ]
-            executors.extend(pool)
+            pool: list[ExecutorProcess_] = []
+            for i in range(2):  # registered one by one: a failed start must not leak the first
+                pool.append(ExecutorProcess(f"t{trial}-e{i}", server.location, store.spec_path, token))
+                executors.append(pool[-1])
             kill_at = rng.randrange(0, store.rows)
             victim = rng.randrange(0, 2)
             ids: list[int] = []

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from airflow_provider_primus import __version__
-from airflow_provider_primus.cli import bench, demo, doctor, kafka, plan, serve_data, validate
+from airflow_provider_primus.cli import bench, demo, doctor, gen, kafka, plan, serve_data, train, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.register(sub)
     bench.register(sub)
     serve_data.register(sub)
+    train.register(sub)
+    gen.register(sub)
     return parser
 
 

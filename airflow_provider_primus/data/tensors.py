@@ -30,9 +30,31 @@ class TensorBatch:
     labels: torch.Tensor  # float32 [n]
     event_time_ms: torch.Tensor | None = None  # int64 [n]; None when the source has no event time
     extra: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
+    # Where the rows came from, so progress and sample identity survive slicing: the task id and row
+    # numbers within it (batch sources) or "topic/partition" and offsets (a stream).
+    origin: str | None = None
+    positions: np.ndarray[Any, np.dtype[np.int64]] | None = None
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
+
+    def slice(self, start: int, stop: int) -> TensorBatch:
+        """Rows [start, stop) as views: the mixer cuts steps out of batches without copying."""
+        return TensorBatch(
+            sparse=self.sparse[start:stop],
+            dense=self.dense[start:stop],
+            labels=self.labels[start:stop],
+            event_time_ms=None if self.event_time_ms is None else self.event_time_ms[start:stop],
+            extra={k: v[start:stop] for k, v in self.extra.items()},
+            origin=self.origin,
+            positions=None if self.positions is None else self.positions[start:stop],
+        )
+
+    def event_times(self) -> torch.Tensor:
+        """Event times in ms; 0 (the epoch, "unknown") when the source declares none."""
+        if self.event_time_ms is None:
+            return torch.zeros(len(self), dtype=torch.int64)
+        return self.event_time_ms
 
 
 def _column(batch: pa.RecordBatch, name: str) -> pa.Array:

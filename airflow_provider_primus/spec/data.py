@@ -103,6 +103,7 @@ SourceName = Annotated[
     Field(json_schema_extra={"pattern": f"^{_SOURCE_NAME.pattern}$", "maxLength": 63}),
 ]
 ColumnName = Annotated[str, AfterValidator(_column_name)]
+TopicName = Annotated[str, Field(json_schema_extra={"pattern": f"^{_TOPIC.pattern}$"})]
 NonEmptyStr = Annotated[str, AfterValidator(_non_empty)]
 # Strict so that YAML's ``true`` is not quietly read as 1 worker or a weight of 1.0.
 PositiveInt = Annotated[int, Strict(), Field(gt=0)]
@@ -446,11 +447,13 @@ class KafkaSource(StrictModel):
     name: SourceName
     type: Literal["kafka"]
     bootstrap_servers: str
-    topic: Annotated[str, Field(json_schema_extra={"pattern": f"^{_TOPIC.pattern}$"})]
+    topic: TopicName
     value_format: Literal["json"] = "json"
     event_time_field: NonEmptyStr
     start: StartPolicy
     group_id: NonEmptyStr | None = None
+    # Where malformed events go, with the reason in their headers; default "<topic>.dlq".
+    dead_letter_topic: TopicName | None = None
     schema_: SourceSchema = Field(alias="schema")
 
     @field_validator("bootstrap_servers")
@@ -468,9 +471,11 @@ class KafkaSource(StrictModel):
             )
         return value
 
-    @field_validator("topic")
+    @field_validator("topic", "dead_letter_topic")
     @classmethod
-    def _topic_legal(cls, value: str) -> str:
+    def _topic_legal(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         if not _TOPIC.fullmatch(value) or value in (".", ".."):
             raise ValueError(
                 f"must be a Kafka topic name: 1-249 of letters, digits, '.', '_', '-', "

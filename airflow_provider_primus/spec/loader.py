@@ -16,6 +16,7 @@ import yaml
 
 from airflow_provider_primus.spec.data import PrimusData, validate_data_spec
 from airflow_provider_primus.spec.errors import SpecError, SpecIssue
+from airflow_provider_primus.spec.training import PrimusTraining, validate_training_spec
 
 YAML_SUFFIXES = (".yaml", ".yml")
 JSON_SUFFIXES = (".json",)
@@ -104,6 +105,13 @@ def load_data_spec(source: str | Path | Mapping[str, Any]) -> PrimusData:
             [SpecIssue("<document>", f"expected a path or a mapping, got {type(source).__name__}")]
         )
     return validate_data_spec(read_document(source))
+
+
+def load_training_spec(source: str | Path | Mapping[str, Any]) -> PrimusTraining:
+    """A validated PrimusTraining from a file path or an already parsed mapping."""
+    if isinstance(source, Mapping):
+        return validate_training_spec(source)
+    return validate_training_spec(read_document(source))
 
 
 def data_spec_json_schema() -> dict[str, Any]:

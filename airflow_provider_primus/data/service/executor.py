@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import queue
 import signal
 import sys
@@ -321,8 +322,12 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                 return False
             kind = entry[0]
             if kind == BATCH:
-                credits.acquire()
-                if closed.is_set():
+                # Wait for a credit, but not past our own shutdown: a consumer that vanished without
+                # its stream breaking would otherwise hold this call, and the server's shutdown, for ever.
+                while not credits.acquire(timeout=0.2):
+                    if closed.is_set() or self.stopping.is_set():
+                        break
+                if closed.is_set() or self.stopping.is_set():
                     self._front.appendleft(entry)  # not delivered: the next consumer gets it
                     return False
                 _, item_id, task_id, first_row, out = entry
@@ -367,5 +372,11 @@ def serve(args: Any, spec: Any, token: str) -> int:
     while not executor.stopping.wait(0.5):
         if executor.eof_served.is_set():
             break
+    # The owner is gone or asked us to stop; nothing here is durable, so a shutdown that hangs (a
+    # Flight call stuck in the transport) must not keep the process alive.
+    watchdog = threading.Timer(20.0, lambda: os._exit(3))
+    watchdog.daemon = True
+    watchdog.start()
     executor.stop()
+    watchdog.cancel()
     return 0

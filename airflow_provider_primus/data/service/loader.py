@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyarrow import flight
 
@@ -192,7 +193,9 @@ class PrimusDataLoader:
                     consumed.add(a, b)
                     self.rows += b - a
                     self._handed = (task, a, b)
-                    yield to_tensors(piece, sparse=self.sparse, dense=self.dense, extra=self.extra)
+                    batch = to_tensors(piece, sparse=self.sparse, dense=self.dense, extra=self.extra)
+                    batch.origin, batch.positions = task, np.arange(a, b, dtype=np.int64)
+                    yield batch
                     self._settle()
                 conn.grant(1)
                 if time.monotonic() - last_ack >= self.ack_every_s:

@@ -1,0 +1,123 @@
+"""``primus gen --out DIR``: write a synthetic click log with drift (history files, spec, stream).
+
+Options left unset take the demo world's values (``World.from_defaults``); the defaults in the help
+text are repeated here so ``primus --help`` need not import numpy and pyarrow, and a test keeps the
+two in step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+# Options named after World fields; they default to None, meaning "the demo world's value".
+WORLD_OPTIONS = (
+    "history_days",
+    "stream_days",
+    "rows_per_day",
+    "users",
+    "items",
+    "seed",
+    "start",
+    "drift",
+    "label_delay_s",
+)
+
+
+def _day(value: str) -> datetime:
+    try:
+        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected YYYY-MM-DD, got {value!r}") from None
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "gen",
+        help="generate a synthetic click log with drift: history files, a PrimusData spec, a stream",
+        description="Write OUT/history/{date}/part-0.parquet (+ _SUCCESS) for the history days and "
+        "OUT/primus-data.yaml; with --bootstrap-servers also produce the stream days to Kafka. The "
+        "world is deterministic in its parameters and seed. Prints a JSON summary.",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="output folder (created if missing)")
+    parser.add_argument("--history-days", type=int, help="days written as files (default: 20)")
+    parser.add_argument("--stream-days", type=int, help="days after the history, produced (default: 3)")
+    parser.add_argument("--rows-per-day", type=int, help="impressions per day (default: 20000)")
+    parser.add_argument("--users", type=int, help="users on day 0; 3%% more arrive daily (default: 20000)")
+    parser.add_argument("--items", type=int, help="items on day 0; 3%% more arrive daily (default: 5000)")
+    parser.add_argument("--seed", type=int, help="random seed (default: 0)")
+    parser.add_argument("--start", type=_day, help="day 0, YYYY-MM-DD, UTC (default: 2026-01-01)")
+    parser.add_argument(
+        "--drift", type=float, help="daily std of the interest/item random walk, in [0, 1) (default: 0.15)"
+    )
+    parser.add_argument(
+        "--label-delay-s",
+        type=float,
+        help="seconds until a click's label is known; the stream is produced in label order (default: 0)",
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        help="Kafka host:port to produce the stream to (default: none, files and spec only; the spec "
+        "then names 127.0.0.1:9092)",
+    )
+    parser.add_argument(
+        "--topic", default="clicks", help="stream topic, created if missing (default: clicks)"
+    )
+    parser.add_argument("--partitions", type=int, default=1, help="partitions of a new topic (default: 1)")
+    parser.add_argument("--rate", type=float, default=0.0, help="stream rows/s; 0 = as fast as possible")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.gen.clicklog import (
+        DEFAULT_BOOTSTRAP,
+        World,
+        produce_stream,
+        write_data_spec,
+        write_history,
+    )
+    from airflow_provider_primus.spec import SpecError
+
+    overrides = {name: getattr(args, name) for name in WORLD_OPTIONS if getattr(args, name) is not None}
+    try:
+        world = World.from_defaults(**overrides)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    try:
+        spec = write_data_spec(
+            world, args.out, bootstrap_servers=args.bootstrap_servers or DEFAULT_BOOTSTRAP, topic=args.topic
+        )
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    files = write_history(world, args.out)
+    messages = None
+    if args.bootstrap_servers:
+        from kafka.errors import KafkaError
+
+        try:
+            messages = produce_stream(
+                world, args.bootstrap_servers, args.topic, rate=args.rate, partitions=args.partitions
+            )
+        except (KafkaError, ValueError) as exc:
+            print(f"error: producing to {args.bootstrap_servers}: {exc!r}", file=sys.stderr)
+            return 1
+    summary = {
+        "history_files": len(files),
+        "history_rows": len(files) * world.rows_per_day,
+        "stream_messages": messages,
+        "topic": args.topic if messages is not None else None,
+        "spec": str(spec),
+        "users": world.users_on(world.days - 1),
+        "items": world.items_on(world.days - 1),
+        "wall_s": round(time.perf_counter() - t0, 3),
+    }
+    print(json.dumps(summary))
+    return 0

@@ -1,0 +1,610 @@
+"""A synthetic click log whose world drifts: history files, a Kafka stream and the PrimusData spec.
+
+The hybrid-training benchmark compares training on history alone with history plus the stream, so
+the world must be *fair*: nothing here is tuned to make one mode win. Fresh data helps only for the
+reasons it helps in production — user interests and item vectors move (``drift``), new users and items
+appear every day (cold start) — while the marginal statistics a model could merely memorise (click
+rate, traffic by hour, popularity skew, price distribution) are stationary. That is why the walk is
+mean-reverting (an AR(1) with unit stationary variance) rather than a plain random walk: a plain walk's
+vectors grow without bound, which would inflate affinities and shift the click rate over time, a change
+any recent data would "win" on without learning anything about the users.
+
+The model, per day ``d`` (all of it vectorised numpy, no Python loop per row):
+
+- users ``u`` and items ``i`` have latent vectors in R^k, one AR(1) step per day:
+  ``x_d = sqrt(1 - drift^2) * x_{d-1} + drift * N(0, I)``, so ``drift`` is the daily innovation's
+  standard deviation and two days ``t`` apart correlate by ``(1 - drift^2)^(t/2)``;
+- items also have a popularity score on the same walk; impressions pick items Zipf-like by the day's
+  popularity rank (weight ``rank^-zipf_exponent``) and users in proportion to a fixed log-normal
+  activity level;
+- ``P(click) = sigmoid(base_logit + affinity_scale * u.v / sqrt(k) + item_bias + hour_effect)``, where
+  ``item_bias`` is fixed at an item's birth (slightly lower for pricier items) and
+  ``hour_effect = seasonality * cos(2 pi (hour - 20) / 24)``; traffic volume by hour follows
+  ``1 + seasonality * cos(...)`` with the same evening peak;
+- ``new_users_per_day * users`` users and ``new_items_per_day * items`` items (fractions of the
+  *initial* counts, so growth is linear and hash buckets can be sized up front) are born each day
+  from the same distributions as the initial ones, with IDs after the previous maximum. IDs are
+  0-based and equal to the row of :func:`user_vectors` / :func:`item_vectors`.
+
+Every random draw comes from a generator seeded by ``(seed, day, purpose)``, so a day depends only
+on the seed and its index: ``generate_day`` walks the state forward from day 0 (caching the latest
+state per world, so generating days in order costs one step each) and any process gets the same
+rows. Exact bits can differ across numpy versions, whose ``Generator`` streams are not frozen.
+
+Stream messages (:func:`produce_stream`) are compact JSON objects with the table's columns in order::
+
+    {"sample_id":400000,"user_id":1234,"item_id":56,"hour":0,"user_activity":2.0794415,
+     "item_price":19.99,"clicked":0,"ts":"2026-01-21T00:00:03.123Z"}
+
+``ts`` is ISO 8601 in UTC with exactly three fractional digits and a ``Z``: readable in a console
+consumer, lossless because event times are whole milliseconds, and one type in every block of a JSON
+reader (pyarrow infers ``timestamp[s]`` from whole-second strings but keeps fractional ones as
+strings, so a varying format would give blocks of different types). Floats
+are the shortest text that reads back to the same float32; a null ``item_price`` is ``null``. The key
+is the decimal ASCII of ``user_id`` and the record timestamp is the event time in epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import yaml
+
+__all__ = [
+    "DEFAULT_BOOTSTRAP",
+    "SCHEMA",
+    "World",
+    "encode_events",
+    "ensure_topic",
+    "generate_day",
+    "hash_buckets",
+    "item_vectors",
+    "iter_stream",
+    "produce_stream",
+    "user_vectors",
+    "write_data_spec",
+    "write_history",
+]
+
+SCHEMA = pa.schema(
+    [
+        ("sample_id", pa.int64()),
+        ("user_id", pa.int64()),
+        ("item_id", pa.int64()),
+        ("hour", pa.int64()),
+        ("user_activity", pa.float32()),
+        ("item_price", pa.float32()),
+        ("clicked", pa.int64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+    ]
+)
+# A spec needs a Kafka address even when no stream is produced yet; this is the embedded broker's
+# usual one, to be edited (or the stream produced) before the spec is used.
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+_MS_PER_HOUR = 3_600_000
+_PEAK_HOUR = 20
+# Log-normal prices around 20 (median e^3); a 1-sigma pricier item loses 0.2 logits of click rate.
+_LOG_PRICE_MEAN, _LOG_PRICE_STD, _PRICE_EFFECT = 3.0, 0.8, 0.2
+_ITEM_BIAS_STD = 0.5
+_USER_WEIGHT_SIGMA = 1.0
+# Independent generator streams per (seed, day, purpose): changing how one purpose draws never shifts
+# another's numbers.
+_BIRTHS, _WALK, _USERS, _ROWS = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class World:
+    """Everything the log is a function of: equal worlds generate equal tables (same numpy version).
+
+    ``start`` is the UTC midnight of day 0 (naive values are taken as UTC). Days ``0 ..
+    history_days-1`` are history, the next ``stream_days`` the stream. ``label_delay_s > 0`` delays a
+    click's label that many seconds after its impression; stream events are then produced in order of
+    label availability (non-clicks at impression time) while ``ts`` stays the impression time.
+    """
+
+    seed: int
+    start: datetime
+    history_days: int
+    stream_days: int
+    rows_per_day: int
+    users: int
+    items: int
+    latent_dim: int = 8
+    drift: float = 0.15
+    new_users_per_day: float = 0.03
+    new_items_per_day: float = 0.03
+    seasonality: float = 0.5
+    label_delay_s: float = 0.0
+    zipf_exponent: float = 1.0
+    base_logit: float = -3.0
+    affinity_scale: float = 1.5
+    price_null_rate: float = 0.01
+
+    def __post_init__(self) -> None:
+        start = self.start
+        start = start.replace(tzinfo=UTC) if start.tzinfo is None else start.astimezone(UTC)
+        object.__setattr__(self, "start", start)
+        problems = []
+        if start != start.replace(hour=0, minute=0, second=0, microsecond=0):
+            problems.append(f"start must be a UTC midnight, got {start.isoformat()}")
+        if self.seed < 0:
+            problems.append(f"seed must be >= 0, got {self.seed}")
+        if self.history_days < 1 or self.stream_days < 0:
+            problems.append("history_days must be >= 1 and stream_days >= 0")
+        for name in ("rows_per_day", "users", "items", "latent_dim"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.drift < 1.0:
+            problems.append(
+                f"drift must be in [0, 1) (a daily std against a unit variance), got {self.drift}"
+            )
+        if not 0.0 <= self.seasonality < 1.0:
+            problems.append(
+                f"seasonality must be in [0, 1) (traffic must stay positive), got {self.seasonality}"
+            )
+        if not 0.0 <= self.price_null_rate <= 1.0:
+            problems.append(f"price_null_rate must be in [0, 1], got {self.price_null_rate}")
+        for name in ("new_users_per_day", "new_items_per_day", "label_delay_s", "zipf_exponent"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                problems.append(f"{name} must be a finite number >= 0, got {value}")
+        for name in ("base_logit", "affinity_scale"):
+            if not math.isfinite(getattr(self, name)):
+                problems.append(f"{name} must be finite, got {getattr(self, name)}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @classmethod
+    def from_defaults(cls, **overrides: Any) -> World:
+        """The demo world (20 history days, 3 stream days, 20k rows/day, 20k users, 5k items) with
+        any field overridden; unknown names are an error rather than silently ignored."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise TypeError(f"unknown World field(s): {', '.join(unknown)}")
+        params: dict[str, Any] = {
+            "seed": 0,
+            "start": datetime(2026, 1, 1, tzinfo=UTC),
+            "history_days": 20,
+            "stream_days": 3,
+            "rows_per_day": 20_000,
+            "users": 20_000,
+            "items": 5_000,
+        }
+        params.update(overrides)
+        return cls(**params)
+
+    @property
+    def days(self) -> int:
+        return self.history_days + self.stream_days
+
+    @property
+    def new_users_daily(self) -> int:
+        return round(self.new_users_per_day * self.users)
+
+    @property
+    def new_items_daily(self) -> int:
+        return round(self.new_items_per_day * self.items)
+
+    def day_start(self, day: int) -> datetime:
+        return self.start + timedelta(days=day)
+
+    def users_on(self, day: int) -> int:
+        """Users that exist on ``day`` (IDs ``0 .. users_on(day)-1``)."""
+        return self.users + day * self.new_users_daily
+
+    def items_on(self, day: int) -> int:
+        return self.items + day * self.new_items_daily
+
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class _State:
+    """The world at the start of ``day``. Never mutated: cached states are shared between callers."""
+
+    day: int
+    user_vec: FloatArray
+    user_weight: FloatArray
+    impressions: IntArray  # per user, before ``day``
+    item_vec: FloatArray
+    item_pop: FloatArray
+    item_bias: FloatArray
+    item_price: npt.NDArray[np.float32]
+
+
+def _rng(world: World, day: int, purpose: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(world.seed, spawn_key=(day, purpose)))
+
+
+def _born(world: World, day: int, n_users: int, n_items: int) -> dict[str, Any]:
+    rng = _rng(world, day, _BIRTHS)
+    k = world.latent_dim
+    log_price = rng.normal(_LOG_PRICE_MEAN, _LOG_PRICE_STD, n_items)
+    price = np.maximum(np.round(np.exp(log_price), 2), 0.01).astype(np.float32)
+    z_price = (log_price - _LOG_PRICE_MEAN) / _LOG_PRICE_STD
+    return {
+        "user_vec": rng.standard_normal((n_users, k)),
+        "user_weight": np.exp(rng.normal(0.0, _USER_WEIGHT_SIGMA, n_users)),
+        "item_vec": rng.standard_normal((n_items, k)),
+        "item_pop": rng.standard_normal(n_items),
+        "item_bias": rng.normal(0.0, _ITEM_BIAS_STD, n_items) - _PRICE_EFFECT * z_price,
+        "item_price": price,
+    }
+
+
+def _initial(world: World) -> _State:
+    b = _born(world, 0, world.users, world.items)
+    return _State(day=0, impressions=np.zeros(world.users, np.int64), **b)
+
+
+def _sample_users(world: World, state: _State) -> IntArray:
+    p = state.user_weight / state.user_weight.sum()
+    users: IntArray = _rng(world, state.day, _USERS).choice(len(p), size=world.rows_per_day, p=p)
+    return users.astype(np.int64)
+
+
+def _advance(world: World, state: _State) -> _State:
+    """One day of the walk: count the day's impressions, step every vector, add the day's births."""
+    day = state.day + 1
+    seen = np.bincount(_sample_users(world, state), minlength=len(state.impressions))
+    rng = _rng(world, day, _WALK)
+    keep = math.sqrt(1.0 - world.drift**2)
+
+    def step(x: FloatArray) -> FloatArray:
+        out: FloatArray = keep * x + world.drift * rng.standard_normal(x.shape)
+        return out
+
+    user_vec, item_vec, item_pop = step(state.user_vec), step(state.item_vec), step(state.item_pop)
+    b = _born(world, day, world.new_users_daily, world.new_items_daily)
+    return _State(
+        day=day,
+        user_vec=np.concatenate([user_vec, b["user_vec"]]),
+        user_weight=np.concatenate([state.user_weight, b["user_weight"]]),
+        impressions=np.concatenate([state.impressions + seen, np.zeros(len(b["user_weight"]), np.int64)]),
+        item_vec=np.concatenate([item_vec, b["item_vec"]]),
+        item_pop=np.concatenate([item_pop, b["item_pop"]]),
+        item_bias=np.concatenate([state.item_bias, b["item_bias"]]),
+        item_price=np.concatenate([state.item_price, b["item_price"]]),
+    )
+
+
+_CACHE_LOCK = threading.Lock()
+_CACHE: OrderedDict[World, _State] = OrderedDict()
+_CACHE_WORLDS = 4
+
+
+def _state(world: World, day: int) -> _State:
+    if not 0 <= day < world.days:
+        raise ValueError(f"day must be in [0, {world.days}), got {day}")
+    with _CACHE_LOCK:
+        cached = _CACHE.get(world)
+        state = cached if cached is not None and cached.day <= day else _initial(world)
+        while state.day < day:
+            state = _advance(world, state)
+        _CACHE[world] = state
+        _CACHE.move_to_end(world)
+        while len(_CACHE) > _CACHE_WORLDS:
+            _CACHE.popitem(last=False)
+        return state
+
+
+def user_vectors(world: World, day: int) -> FloatArray:
+    """Users' interest vectors on ``day``, row = user ID: the ground truth drift is measured against."""
+    return _state(world, day).user_vec.copy()
+
+
+def item_vectors(world: World, day: int) -> FloatArray:
+    return _state(world, day).item_vec.copy()
+
+
+def _within_group_rank(keys: IntArray) -> IntArray:
+    """For each position, how many earlier positions hold the same key (a vectorised cumcount)."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    idx = np.arange(len(keys))
+    starts = np.ones(len(keys), dtype=bool)
+    starts[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    first = np.maximum.accumulate(np.where(starts, idx, 0))
+    rank = np.empty(len(keys), np.int64)
+    rank[order] = idx - first
+    return rank
+
+
+def generate_day(world: World, day: int) -> pa.Table:
+    """Day ``day``'s impressions, sorted by ``ts``, with the columns of :data:`SCHEMA`."""
+    state = _state(world, day)
+    n, k = world.rows_per_day, world.latent_dim
+    users = _sample_users(world, state)
+    rng = _rng(world, day, _ROWS)
+    rank = np.empty(len(state.item_pop), np.int64)
+    rank[np.argsort(-state.item_pop, kind="stable")] = np.arange(len(state.item_pop))
+    item_w = (rank + 1.0) ** -world.zipf_exponent
+    items = rng.choice(len(item_w), size=n, p=item_w / item_w.sum()).astype(np.int64)
+    season = np.cos(2 * np.pi * (np.arange(24) - _PEAK_HOUR) / 24)
+    hour_w = 1.0 + world.seasonality * season
+    hours = rng.choice(24, size=n, p=hour_w / hour_w.sum()).astype(np.int64)
+    ts_ms = (
+        int(world.day_start(day).timestamp() * 1000) + hours * _MS_PER_HOUR + rng.integers(0, _MS_PER_HOUR, n)
+    )
+    order = np.argsort(ts_ms, kind="stable")
+    users, items, hours, ts_ms = users[order], items[order], hours[order], ts_ms[order]
+
+    affinity = np.einsum("ij,ij->i", state.user_vec[users], state.item_vec[items]) / math.sqrt(k)
+    logit = world.base_logit + world.affinity_scale * affinity + state.item_bias[items]
+    logit += world.seasonality * season[hours]
+    clicked = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)
+    price_missing = rng.random(n) < world.price_null_rate
+    activity = np.log1p(state.impressions[users] + _within_group_rank(users)).astype(np.float32)
+    return pa.Table.from_arrays(
+        [
+            pa.array(day * n + np.arange(n, dtype=np.int64)),
+            pa.array(users),
+            pa.array(items),
+            pa.array(hours),
+            pa.array(activity),
+            pa.array(state.item_price[items], mask=price_missing),
+            pa.array(clicked),
+            pa.array(ts_ms * 1000, pa.int64()).cast(SCHEMA.field("ts").type),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def write_history(world: World, root: Path) -> list[Path]:
+    """Days ``0 .. history_days-1`` as ``root/history/{YYYY-MM-DD}/part-0.parquet`` + ``_SUCCESS``.
+
+    A stale marker from an earlier run is removed before its folder is rewritten, so a reader that
+    trusts markers never sees one next to a half-written file.
+    """
+    paths = []
+    for day in range(world.history_days):
+        folder = Path(root) / "history" / world.day_start(day).date().isoformat()
+        folder.mkdir(parents=True, exist_ok=True)
+        marker = folder / "_SUCCESS"
+        marker.unlink(missing_ok=True)
+        path = folder / "part-0.parquet"
+        pq.write_table(generate_day(world, day), path)
+        marker.write_bytes(b"")
+        paths.append(path)
+    return paths
+
+
+def iter_stream(world: World) -> Iterator[pa.Table]:
+    """The stream days' rows in production order: label availability, then event time, then
+    ``sample_id``. Without a label delay that is plain event-time order.
+
+    A delayed click can become known on a later day than its impression, so rows not yet available by
+    the next day's start are carried into that day's merge rather than emitted early.
+    """
+    delay_ms = round(world.label_delay_s * 1000)
+    carry: pa.Table | None = None
+    last = world.days - 1
+    for day in range(world.history_days, world.days):
+        table = generate_day(world, day)
+        if carry is not None:
+            table = pa.concat_tables([carry, table])
+        ts_ms = table.column("ts").to_numpy().astype("datetime64[ms]").astype(np.int64)
+        available = ts_ms + delay_ms * table.column("clicked").to_numpy()
+        order = np.lexsort((table.column("sample_id").to_numpy(), ts_ms, available))
+        table = table.take(pa.array(order))
+        if day == last:
+            yield table
+            return
+        cut = int(np.searchsorted(available[order], int(world.day_start(day + 1).timestamp() * 1000)))
+        yield table.slice(0, cut)
+        carry = table.slice(cut)
+
+
+def encode_events(table: pa.Table) -> list[bytes]:
+    """The JSON value of each row (see the module docstring for the format)."""
+    cols = {name: table.column(name) for name in SCHEMA.names}
+    ts = cols["ts"].to_numpy().astype("datetime64[ms]")
+    ts_text = np.char.add(np.datetime_as_string(ts, unit="ms"), "Z")
+    price = cols["item_price"].fill_null(0.0).to_numpy().astype(np.float32).astype(str).astype(object)
+    price[pc.is_null(cols["item_price"]).to_numpy(zero_copy_only=False)] = "null"
+    activity = cols["user_activity"].to_numpy().astype(np.float32).astype(str)
+    ints = [cols[name].to_numpy().tolist() for name in ("sample_id", "user_id", "item_id", "hour", "clicked")]
+    return [
+        (
+            f'{{"sample_id":{sid},"user_id":{uid},"item_id":{iid},"hour":{h},"user_activity":{act},'
+            f'"item_price":{p},"clicked":{c},"ts":"{t}"}}'
+        ).encode()
+        for sid, uid, iid, h, c, act, p, t in zip(
+            *ints, activity.tolist(), price.tolist(), ts_text.tolist(), strict=True
+        )
+    ]
+
+
+def _malformed(good: bytes, kth: int) -> bytes:
+    """The ``kth`` dead letter, cycling through the three ways a producer gets a message wrong."""
+    kind = kth % 3
+    if kind == 0:  # a truncated write: never valid JSON, since the object is not closed
+        return good[: len(good) // 2]
+    row = json.loads(good)
+    if kind == 1:  # valid JSON, but not an object
+        return json.dumps(list(row.values()), separators=(",", ":")).encode()
+    del row["user_id"]  # an object missing a required field
+    return json.dumps(row, separators=(",", ":")).encode()
+
+
+def ensure_topic(bootstrap_servers: str, topic: str, partitions: int = 1) -> bool:
+    """Create ``topic`` (replication factor 1) unless it exists; True when this call created it."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="primus-gen")
+    try:
+        if topic in admin.list_topics():
+            return False
+        try:
+            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+        except TopicAlreadyExistsError:  # created concurrently by someone else
+            return False
+        return True
+    finally:
+        admin.close()
+
+
+def produce_stream(
+    world: World,
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    rate: float = 0.0,
+    dead_letter_every: int = 0,
+    partitions: int = 1,
+) -> int:
+    """Produce the stream days to ``topic`` in :func:`iter_stream` order; the number of messages.
+
+    ``rate`` is rows per second (0: as fast as the producer goes), paced against a monotonic clock in
+    chunks of ~50 ms so a slow consumer demo is realistic without one sleep per message.
+    ``dead_letter_every=N`` replaces messages N, 2N, ... (1-based, counted over the whole stream) with
+    a truncated JSON text, a JSON array, and an object missing ``user_id``, in turn; each keeps its
+    row's key and timestamp, so the count and the partitioning do not change. Raises the first send
+    error after flushing, so a broken broker is not reported as a success.
+    """
+    if rate < 0 or not math.isfinite(rate):
+        raise ValueError(f"rate must be a finite number >= 0, got {rate}")
+    if dead_letter_every < 0:
+        raise ValueError(f"dead_letter_every must be >= 0, got {dead_letter_every}")
+    if partitions < 1:
+        raise ValueError(f"partitions must be >= 1, got {partitions}")
+    from kafka import KafkaProducer
+
+    ensure_topic(bootstrap_servers, topic, partitions)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap_servers, client_id="primus-gen", linger_ms=20, batch_size=256 * 1024
+    )
+    errors: list[BaseException] = []
+    chunk = max(1, int(rate / 20)) if rate > 0 else 0
+    sent = 0
+    t0 = time.monotonic()
+    try:
+        for table in iter_stream(world):
+            values = encode_events(table)
+            keys = table.column("user_id").to_numpy().tolist()
+            stamps = (table.column("ts").to_numpy().astype("datetime64[ms]").astype(np.int64)).tolist()
+            for good, key, stamp in zip(values, keys, stamps, strict=True):
+                sent += 1
+                bad = dead_letter_every and sent % dead_letter_every == 0
+                value = _malformed(good, sent // dead_letter_every - 1) if bad else good
+                future = producer.send(topic, value=value, key=str(key).encode(), timestamp_ms=stamp)
+                future.add_errback(errors.append)
+                if chunk and sent % chunk == 0:
+                    ahead = t0 + sent / rate - time.monotonic()
+                    if ahead > 0:
+                        time.sleep(ahead)
+        producer.flush()
+    finally:
+        producer.close()
+    if errors:
+        raise errors[0]
+    return sent
+
+
+def _next_prime(n: int) -> int:
+    candidate = max(n, 2)
+    while any(candidate % d == 0 for d in range(2, math.isqrt(candidate) + 1)):
+        candidate += 1
+    return candidate
+
+
+def hash_buckets(world: World) -> tuple[int, int]:
+    """(user, item) bucket counts: the next prime above 5x the IDs the whole log will hold, so about 10%
+    of IDs share a bucket — collisions every training mode pays for equally."""
+    last = world.days - 1
+    return _next_prime(5 * world.users_on(last)), _next_prime(5 * world.items_on(last))
+
+
+def _schema_section(world: World) -> dict[str, Any]:
+    user_buckets, item_buckets = hash_buckets(world)
+    return {
+        "sparse": ["user_id", "item_id", "hour"],
+        "dense": ["user_activity", "item_price"],
+        "label": {"column": "clicked"},
+        "event_time": "ts",
+        "transforms": [
+            {"column": "user_id", "hash_bucket": user_buckets},
+            {"column": "item_id", "hash_bucket": item_buckets},
+            {"column": "item_price", "fill": 0},
+        ],
+    }
+
+
+def _utc_text(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_data_spec(world: World, root: Path, *, bootstrap_servers: str, topic: str) -> Path:
+    """Write ``root/primus-data.yaml`` for this world's history and stream; validated before writing
+    so a bad topic or address fails here, not in the first job that reads it."""
+    from airflow_provider_primus.spec import validate_data_spec
+
+    root = Path(root)
+    document = {
+        "apiVersion": "primus.dev/v1alpha1",
+        "kind": "PrimusData",
+        "metadata": {"name": "clicklog"},
+        "spec": {
+            "window": {
+                "start": _utc_text(world.start),
+                "end": _utc_text(world.day_start(world.history_days)),
+            },
+            "ordered": True,
+            "sources": [
+                {
+                    "name": "history",
+                    "type": "files",
+                    "format": "parquet",
+                    "uri": (root.resolve() / "history").as_uri(),
+                    "path_template": "{date}",
+                    "granularity": "day",
+                    "success_marker": "_SUCCESS",
+                    "missing": {"policy": "fail"},
+                    "schema": _schema_section(world),
+                },
+                {
+                    "name": "events",
+                    "type": "kafka",
+                    "bootstrap_servers": bootstrap_servers,
+                    "topic": topic,
+                    "value_format": "json",
+                    "event_time_field": "ts",
+                    "start": {"policy": "earliest"},
+                    "schema": _schema_section(world),
+                },
+            ],
+            "mixture": [
+                {"source": "history", "weight": 0.5, "priority": 0},
+                {"source": "events", "weight": 0.5, "priority": 1},
+            ],
+        },
+    }
+    validate_data_spec(document)
+    header = (
+        f"# Generated by `primus gen` (seed {world.seed}): {world.history_days} history days from "
+        f"{world.start.date()}, {world.stream_days} stream days on topic {topic!r}.\n"
+    )
+    path = root / "primus-data.yaml"
+    root.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path

@@ -1,0 +1,275 @@
+"""PrimusTraining: how one model is trained from the sources a PrimusData document describes.
+
+The data document keeps the single definition of every source (schema, transforms, mixture weights
+and priorities); this contract adds only what training decides: model sizes, optimizers, the mode,
+per-source update control, the freshness guard, checkpoints, publishing and evaluation. It is strict
+for the same reason the data contract is, and it is checked against the data document it is used
+with (``check_against``) so a source named here that the data does not define is an error up front.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, Strict, ValidationError, model_validator
+
+from airflow_provider_primus.spec.data import (
+    ColumnName,
+    KafkaSource,
+    Metadata,
+    NonEmptyStr,
+    PositiveFloat,
+    PositiveInt,
+    PrimusData,
+    SourceName,
+    StrictModel,
+    Window,
+)
+from airflow_provider_primus.spec.errors import (
+    SpecError,
+    SpecIssue,
+    issues_from_validation_error,
+    raise_issues,
+    suggest,
+)
+
+Mode = Literal["batch", "stream", "mixed"]
+Share = Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
+NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
+
+
+class Model(StrictModel):
+    """DLRM sizes. ``buckets`` overrides a sparse column's table size; by default it is the column's
+    ``hash_bucket`` in the data schema, which is what bounds its IDs."""
+
+    embedding_dim: PositiveInt = 16
+    buckets: dict[ColumnName, PositiveInt] = Field(default_factory=dict)
+    bottom_mlp: list[PositiveInt] = Field(default_factory=lambda: [64, 16])
+    top_mlp: list[PositiveInt] = Field(default_factory=lambda: [64, 32])
+
+    @model_validator(mode="after")
+    def _bottom_ends_at_embedding_dim(self) -> Model:
+        if self.bottom_mlp and self.bottom_mlp[-1] != self.embedding_dim:
+            raise_issues(
+                [
+                    (
+                        ("bottom_mlp",),
+                        f"must end with embedding_dim ({self.embedding_dim}) so dense and sparse "
+                        f"features can interact; got {self.bottom_mlp[-1]}",
+                    )
+                ]
+            )
+        return self
+
+
+class SparseOptimizer(StrictModel):
+    type: Literal["adagrad", "sparse_adam"] = "adagrad"
+    lr: PositiveFloat = 0.05
+
+
+class DenseOptimizer(StrictModel):
+    type: Literal["adam", "adagrad", "sgd"] = "adam"
+    lr: PositiveFloat = 0.001
+
+
+class Optimizer(StrictModel):
+    sparse: SparseOptimizer = Field(default_factory=SparseOptimizer)
+    dense: DenseOptimizer = Field(default_factory=DenseOptimizer)
+
+
+class SourceControl(StrictModel):
+    """Update control for one source: its loss weight, learning-rate multiplier and share cap.
+
+    ``cap`` bounds the source's share of rows within the mixing window, so a traffic spike cannot
+    take over the model however far it lags.
+    """
+
+    loss_weight: NonNegativeFloat = 1.0
+    lr_multiplier: PositiveFloat = 1.0
+    cap: Share = 1.0
+
+
+class Freshness(StrictModel):
+    """The freshness guard: when the stream lags by more than ``max_lag_records`` unconsumed records
+    or its next record is older than ``max_event_age_s``, its share rises to ``max_share`` until it
+    catches up. ``clock: replay`` measures age against the history already trained instead of the wall
+    clock, and holds a stream record back until history has reached its event time: that is how a
+    backfill replays the past as it happened."""
+
+    source: SourceName | None = None
+    max_lag_records: PositiveInt | None = 10_000
+    max_event_age_s: PositiveFloat | None = 300.0
+    max_share: Share = 0.8
+    clock: Literal["wall", "replay"] = "wall"
+
+
+class Mixing(StrictModel):
+    window_steps: PositiveInt = 100
+    sources: dict[SourceName, SourceControl] = Field(default_factory=dict)
+    freshness: Freshness = Field(default_factory=Freshness)
+
+
+class Checkpoint(StrictModel):
+    """Checkpoints are written every ``every_steps`` steps or ``every_s`` seconds, whichever comes
+    first (0 turns a trigger off); Kafka offsets are committed only after one is durable."""
+
+    dir: NonEmptyStr | None = None
+    every_steps: NonNegativeInt = 500
+    every_s: NonNegativeFloat = 60.0
+    keep: PositiveInt = 3
+
+
+class Publish(StrictModel):
+    dir: NonEmptyStr | None = None
+    every_steps: NonNegativeInt = 0
+    every_s: NonNegativeFloat = 600.0
+    keep: PositiveInt = 5
+
+
+class Evaluation(StrictModel):
+    """Progressive validation scores each stream batch before training on it; ``window_rows`` is the
+    sliding window its AUC and log-loss are reported over. ``holdout`` is a time window of the file
+    sources evaluated once at the end (it must not overlap the training window)."""
+
+    window_rows: PositiveInt = 20_000
+    holdout: Window | None = None
+
+
+class TrainingSpec(StrictModel):
+    mode: Mode = "mixed"
+    batch_size: PositiveInt = 512
+    seed: NonNegativeInt = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    data_executors: PositiveInt = 1
+    model: Model = Field(default_factory=Model)
+    optimizer: Optimizer = Field(default_factory=Optimizer)
+    mixing: Mixing = Field(default_factory=Mixing)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    publish: Publish = Field(default_factory=Publish)
+    evaluation: Evaluation = Field(default_factory=Evaluation)
+
+
+class PrimusTraining(StrictModel):
+    api_version: Literal["primus.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["PrimusTraining"]
+    metadata: Metadata
+    spec: TrainingSpec = Field(default_factory=TrainingSpec)
+
+
+def default_training(name: str = "default") -> PrimusTraining:
+    """The embedded defaults, used when ``primus train`` is given only a data document."""
+    return PrimusTraining.model_validate(
+        {"apiVersion": "primus.dev/v1alpha1", "kind": "PrimusTraining", "metadata": {"name": name}}
+    )
+
+
+def validate_training_spec(document: Mapping[str, Any]) -> PrimusTraining:
+    try:
+        return PrimusTraining.model_validate(document)
+    except ValidationError as exc:
+        raise SpecError(issues_from_validation_error(exc, PrimusTraining)) from None
+
+
+def stream_source(training: PrimusTraining, data: PrimusData) -> KafkaSource | None:
+    """The source the freshness guard watches: the named one, else the only Kafka source."""
+    name = training.spec.mixing.freshness.source
+    kafka = [s for s in data.spec.sources if isinstance(s, KafkaSource)]
+    if name is not None:
+        return next((s for s in kafka if s.name == name), None)
+    return kafka[0] if len(kafka) == 1 else None
+
+
+def _hash_buckets(data: PrimusData) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for source in data.spec.sources:
+        for t in source.schema_.transforms:
+            if t.hash_bucket is not None:
+                out[t.column] = max(out.get(t.column, 0), t.hash_bucket)
+    return out
+
+
+def table_sizes(training: PrimusTraining, data: PrimusData) -> dict[str, int]:
+    """Embedding table size per sparse column: the override, else the column's hash bucket count."""
+    buckets = _hash_buckets(data)
+    sizes: dict[str, int] = {}
+    for column in feature_columns(data)[0]:
+        size = training.spec.model.buckets.get(column, buckets.get(column))
+        if size is not None:
+            sizes[column] = size
+    return sizes
+
+
+def feature_columns(data: PrimusData) -> tuple[list[str], list[str]]:
+    """(sparse, dense) column names; every source must declare the same ones, in the same order,
+    because one model reads them all."""
+    first = data.spec.sources[0].schema_
+    return list(first.sparse), list(first.dense)
+
+
+def check_against(training: PrimusTraining, data: PrimusData) -> None:
+    """Cross-document checks: everything that needs both the training and the data document."""
+    issues: list[SpecIssue] = []
+    names = [s.name for s in data.spec.sources]
+    spec = training.spec
+    for name in spec.mixing.sources:
+        if name not in names:
+            hint = suggest(name, names)
+            issues.append(
+                SpecIssue(
+                    f"spec.mixing.sources.{name}",
+                    f"no source named {name!r} in data document {data.metadata.name!r}"
+                    + (f"; did you mean {hint!r}?" if hint else f" (sources: {', '.join(names)})"),
+                )
+            )
+    freshness = spec.mixing.freshness
+    if freshness.source is not None and stream_source(training, data) is None:
+        issues.append(
+            SpecIssue("spec.mixing.freshness.source", f"{freshness.source!r} is not a kafka source")
+        )
+    sparse, dense = feature_columns(data)
+    for i, source in enumerate(data.spec.sources):
+        if (list(source.schema_.sparse), list(source.schema_.dense)) != (sparse, dense):
+            issues.append(
+                SpecIssue(
+                    f"<data>.spec.sources[{i}].schema",
+                    f"declares sparse={list(source.schema_.sparse)} dense={list(source.schema_.dense)}; "
+                    f"one model reads every source, so it must match sources[0] (sparse={sparse}, "
+                    f"dense={dense})",
+                )
+            )
+    sizes = table_sizes(training, data)
+    for column in sparse:
+        if column not in sizes:
+            issues.append(
+                SpecIssue(
+                    f"spec.model.buckets.{column}",
+                    f"sparse column {column!r} has no hash_bucket transform in the data schema; "
+                    "give its table size here",
+                )
+            )
+    for column in spec.model.buckets:
+        if column not in sparse:
+            issues.append(SpecIssue(f"spec.model.buckets.{column}", f"{column!r} is not a sparse column"))
+    if spec.mode in ("stream", "mixed") and stream_source(training, data) is None:
+        issues.append(
+            SpecIssue(
+                "spec.mode",
+                f"mode {spec.mode!r} needs exactly one kafka source (or mixing.freshness.source naming one)",
+            )
+        )
+    if spec.mode in ("batch", "mixed") and not [s for s in data.spec.sources if s.type == "files"]:
+        issues.append(SpecIssue("spec.mode", f"mode {spec.mode!r} needs a files source"))
+    holdout = spec.evaluation.holdout
+    window = data.spec.window
+    overlaps = holdout is not None and window is not None and holdout.start < window.end
+    if overlaps and holdout is not None and window is not None and window.start < holdout.end:
+        issues.append(
+            SpecIssue(
+                "spec.evaluation.holdout",
+                f"overlaps the training window [{window.start.isoformat()}, {window.end.isoformat()})",
+            )
+        )
+    if issues:
+        raise SpecError(issues)

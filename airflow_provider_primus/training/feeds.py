@@ -1,0 +1,175 @@
+"""Feeds: one per source, the mixer's view of it — rows ready now, take rows, finished, its state.
+
+A file feed runs that source's part of the data service inside the trainer: a dispatcher (thread)
+over the planned tasks and data-executor processes tied to the trainer's life, read through
+``PrimusDataLoader``. Rows the loader handed over but the mixer has not trained yet stay in the
+feed's buffer; a checkpoint stores them with the loader's progress, so a resumed run trains exactly
+the rows an uninterrupted one would have, in the same order.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from airflow_provider_primus.data.model import Task
+from airflow_provider_primus.data.service.dispatcher import Dispatcher
+from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
+from airflow_provider_primus.data.service.launch import ExecutorProcess, launch_executor
+from airflow_provider_primus.data.service.loader import PrimusDataLoader
+from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.training.stream import StreamSource
+
+__all__ = ["FileFeed", "StreamFeed", "take_rows"]
+
+
+def take_rows(buffer: collections.deque[TensorBatch], rows: int) -> list[TensorBatch]:
+    """Pop the first ``rows`` rows off a deque of batches, slicing the last one if needed."""
+    out: list[TensorBatch] = []
+    while rows > 0 and buffer:
+        head = buffer[0]
+        if len(head) <= rows:
+            out.append(buffer.popleft())
+            rows -= len(head)
+        else:
+            out.append(head.slice(0, rows))
+            buffer[0] = head.slice(rows, len(head))
+            rows = 0
+    return out
+
+
+class FileFeed:
+    stream = False
+
+    def __init__(
+        self,
+        name: str,
+        tasks: Sequence[Task],
+        edges: Sequence[tuple[str, str]],
+        *,
+        spec_path: Path,
+        token: str,
+        sparse: Sequence[str],
+        dense: Sequence[str],
+        passthrough: Sequence[str] = (),
+        executors: int = 1,
+        batch_rows: int = 4096,
+        state: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        progress = dict(state["progress"]) if state else None
+        self.server = DispatcherServer(Dispatcher(tasks, edges, progress=progress), token).start()
+        self.executors: list[ExecutorProcess] = []
+        try:
+            for i in range(executors):
+                self.executors.append(
+                    launch_executor(
+                        f"{name}-{i}",
+                        self.server.location,
+                        spec_path,
+                        token,
+                        batch_rows=batch_rows,
+                        passthrough=tuple(passthrough),
+                    )
+                )
+        except Exception:
+            self.close()
+            raise
+        self.loader = PrimusDataLoader(
+            self.server.location, token, sparse=sparse, dense=dense, extra=passthrough, progress=progress
+        )
+        self._it: Iterator[TensorBatch] = iter(self.loader)
+        self._buffer: collections.deque[TensorBatch] = collections.deque(state["buffered"] if state else ())
+        self._rows = sum(len(b) for b in self._buffer)
+        self._done = False
+        self.watermark_ms = int(state["watermark_ms"]) if state else 0
+
+    def available(self, want: int) -> int:
+        """Blocks until ``want`` rows are buffered or the window is finished: batch data is always
+        "there", only the pipeline's latency stands between, so waiting keeps runs deterministic."""
+        while self._rows < want and not self._done:
+            try:
+                batch = next(self._it)
+            except StopIteration:
+                self._done = True
+                break
+            self._buffer.append(batch)
+            self._rows += len(batch)
+        return self._rows
+
+    def take(self, rows: int) -> list[TensorBatch]:
+        out = take_rows(self._buffer, rows)
+        self._rows -= sum(len(b) for b in out)
+        for b in out:
+            if b.event_time_ms is not None and len(b):
+                self.watermark_ms = max(self.watermark_ms, int(b.event_time_ms.max()))
+        return out
+
+    def exhausted(self) -> bool:
+        return self._done and self._rows == 0
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "progress": self.loader.progress(),
+            "buffered": list(self._buffer),
+            "watermark_ms": self.watermark_ms,
+        }
+
+    def close(self) -> None:
+        if hasattr(self, "_it"):
+            close = getattr(self._it, "close", None)
+            if close is not None:
+                close()
+        self.server.stop()
+        for e in self.executors:
+            e.stop()
+
+
+class StreamFeed:
+    """A ``StreamSource`` as a feed. ``gate_ms`` (replay) holds back rows newer than the clock."""
+
+    stream = True
+
+    def __init__(self, name: str, source: StreamSource) -> None:
+        self.name = name
+        self.source = source
+        self.gate_ms: int | None = None
+
+    def released(self, rows: int) -> int:
+        if self.gate_ms is None:
+            return min(rows, self.source.buffered())
+        times = self.source.peek_event_times(rows)
+        late = np.flatnonzero(times > self.gate_ms)
+        return int(late[0]) if len(late) else len(times)
+
+    def available(self, want: int) -> int:
+        self.source.poll(0)  # keep the high watermark fresh without waiting
+        self.source.fill(want)
+        return self.released(max(want, self.source.buffered()))
+
+    def lag_records(self) -> int:
+        if self.gate_ms is None:
+            return self.source.lag_records()
+        self.source.fill(1)
+        return self.released(self.source.buffered())
+
+    def next_event_ms(self) -> int | None:
+        times = self.source.peek_event_times(1)
+        return int(times[0]) if len(times) else None
+
+    def take(self, rows: int) -> list[TensorBatch]:
+        return self.source.take(rows)
+
+    def exhausted(self) -> bool:
+        return self.source.exhausted()
+
+    def state(self) -> dict[str, Any]:
+        self.source._settle_malformed()
+        return {"offsets": self.source.trained_offsets(), "dead_lettered": self.source.dead_lettered}
+
+    def close(self) -> None:
+        self.source.close()

@@ -1,0 +1,147 @@
+"""A DLRM-style click model: embeddings for sparse IDs, MLPs for dense features, dot interactions.
+
+The embedding tables dominate the parameter count and see only the rows a batch touches, so their
+gradients are sparse (``EmbeddingBag(sparse=True)``) and they get their own optimizer
+(:mod:`airflow_provider_primus.training.optim`); :meth:`DLRM.embedding_parameters` and
+:meth:`DLRM.dense_parameters` are that split.
+
+IDs are not range-checked: the transform layer hashes every sparse column into its table's bucket
+count, so an out-of-range ID is a configuration error that the embedding lookup itself reports.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import cast
+
+import torch
+from torch import nn
+
+__all__ = ["DLRM"]
+
+
+def _linear(fan_in: int, fan_out: int, generator: torch.Generator) -> nn.Linear:
+    # Built on "meta": torch's default initialisation would draw from (and advance) the global RNG.
+    layer = nn.Linear(fan_in, fan_out, device="meta").to_empty(device="cpu")
+    with torch.no_grad():
+        # The reference DLRM's scheme: Glorot-normal weights, biases scaled by the output width.
+        layer.weight.normal_(0.0, math.sqrt(2.0 / (fan_in + fan_out)), generator=generator)
+        layer.bias.normal_(0.0, math.sqrt(1.0 / fan_out), generator=generator)
+    return layer
+
+
+def _mlp(fan_in: int, widths: Sequence[int], generator: torch.Generator, *, relu_last: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for k, width in enumerate(widths):
+        layers.append(_linear(fan_in, width, generator))
+        if relu_last or k < len(widths) - 1:
+            layers.append(nn.ReLU())
+        fan_in = width
+    return nn.Sequential(*layers)
+
+
+def _positive(name: str, values: Sequence[int]) -> None:
+    bad = [v for v in values if v < 1]
+    if bad:
+        raise ValueError(f"{name} must all be >= 1, got {list(values)}")
+
+
+class DLRM(nn.Module):
+    """Click-through logits from sparse IDs ``[n, n_sparse]`` and dense features ``[n, n_dense]``.
+
+    With ``num_dense == 0`` there is no bottom MLP (``bottom_mlp`` is ignored, so one config can
+    serve sources with and without dense features) and the top MLP sees only the interactions.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_embeddings: Sequence[int],
+        num_dense: int,
+        embedding_dim: int,
+        bottom_mlp: Sequence[int],
+        top_mlp: Sequence[int],
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        _positive("num_embeddings", num_embeddings)
+        _positive("embedding_dim", [embedding_dim])
+        _positive("top_mlp widths", top_mlp)
+        if num_dense < 0:
+            raise ValueError(f"num_dense must be >= 0, got {num_dense}")
+        if num_dense > 0:
+            if not bottom_mlp:
+                raise ValueError("bottom_mlp must have at least one layer when num_dense > 0")
+            _positive("bottom_mlp widths", bottom_mlp)
+            if bottom_mlp[-1] != embedding_dim:
+                # The bottom output is dotted with the embeddings, so the widths must agree.
+                raise ValueError(
+                    f"bottom_mlp's last width ({bottom_mlp[-1]}) must equal embedding_dim ({embedding_dim})"
+                )
+        n_features = len(num_embeddings) + (1 if num_dense > 0 else 0)
+        n_pairs = n_features * (n_features - 1) // 2
+        top_in = n_pairs + (embedding_dim if num_dense > 0 else 0)
+        if top_in == 0:
+            # One sparse feature and no dense ones: nothing to interact, the top MLP would see nothing.
+            raise ValueError(
+                "the model has no input to its top MLP: with num_dense == 0 it needs at least two "
+                f"sparse features (got {len(num_embeddings)})"
+            )
+
+        self.num_sparse = len(num_embeddings)
+        self.num_dense = num_dense
+        self.embedding_dim = embedding_dim
+        generator = torch.Generator().manual_seed(seed)
+        bags: list[nn.EmbeddingBag] = []
+        for n in num_embeddings:
+            bag = nn.EmbeddingBag(n, embedding_dim, mode="sum", sparse=True, device="meta")
+            bag = bag.to_empty(device="cpu")
+            bound = math.sqrt(1.0 / n)
+            with torch.no_grad():
+                bag.weight.uniform_(-bound, bound, generator=generator)
+            bags.append(bag)
+        self.embeddings = nn.ModuleList(bags)
+        self.bottom: nn.Sequential | None = (
+            _mlp(num_dense, bottom_mlp, generator, relu_last=False) if num_dense > 0 else None
+        )
+        top = _mlp(top_in, top_mlp, generator, relu_last=True)
+        top.append(_linear(top_mlp[-1] if top_mlp else top_in, 1, generator))
+        self.top = top
+        rows, cols = torch.triu_indices(n_features, n_features, offset=1)
+        # Buffers, so they follow the module to its device; not persistent: they derive from the shape.
+        self.pair_rows: torch.Tensor
+        self.pair_cols: torch.Tensor
+        self.register_buffer("pair_rows", rows, persistent=False)
+        self.register_buffer("pair_cols", cols, persistent=False)
+
+    def embedding_parameters(self) -> list[nn.Parameter]:
+        return [cast(nn.Parameter, bag.weight) for bag in self.embeddings]
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        embedding_ids = {id(p) for p in self.embedding_parameters()}
+        return [p for p in self.parameters() if id(p) not in embedding_ids]
+
+    def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        if sparse.dim() != 2 or sparse.shape[1] != self.num_sparse:
+            raise ValueError(f"sparse must be [n, {self.num_sparse}], got {list(sparse.shape)}")
+        if dense.dim() != 2 or dense.shape[1] != self.num_dense:
+            raise ValueError(f"dense must be [n, {self.num_dense}], got {list(dense.shape)}")
+        if sparse.shape[0] != dense.shape[0]:
+            raise ValueError(f"sparse has {sparse.shape[0]} rows but dense has {dense.shape[0]}")
+        n = sparse.shape[0]
+        features: list[torch.Tensor] = []
+        bottom_out: torch.Tensor | None = None
+        if self.bottom is not None:
+            # Dense nulls arrive as NaN (to_tensors); zero is the neutral input for the MLP.
+            bottom_out = self.bottom(torch.nan_to_num(dense, nan=0.0, posinf=0.0, neginf=0.0))
+            features.append(bottom_out)
+        # One ID per bag: EmbeddingBag rather than Embedding for its fused sparse-gradient kernel.
+        offsets = torch.arange(n, device=sparse.device, dtype=sparse.dtype)
+        features.extend(bag(sparse[:, j], offsets) for j, bag in enumerate(self.embeddings))
+        stacked = torch.stack(features, dim=1)  # [n, F, d]
+        dots = torch.bmm(stacked, stacked.transpose(1, 2))  # [n, F, F]
+        interactions = dots[:, self.pair_rows, self.pair_cols]  # [n, F(F-1)/2]
+        top_in = interactions if bottom_out is None else torch.cat([bottom_out, interactions], dim=1)
+        logits: torch.Tensor = self.top(top_in)
+        return logits.squeeze(1)

@@ -1,0 +1,566 @@
+"""The hybrid training runtime: one update process over file sources and a Kafka stream.
+
+Each step the mixer decides rows per source; the rows are concatenated, scored, and the model is
+updated with per-source loss weights and a learning-rate scale blended from the sources' multipliers.
+Stream rows are scored *before* the update that trains on them (progressive validation), so every
+mode is evaluated identically: ``batch`` scores the stream but never trains on it, ``stream`` trains
+on the stream only, ``mixed`` trains on both.
+
+Checkpoints hold the model, the optimizers, the mixer, the metrics and every feed's position (the
+data service's progress plus untrained buffered rows; the stream's first untrained offsets). Kafka
+offsets are committed to the consumer group only after a checkpoint is durable, and a restart
+continues from the newest checkpoint with no row lost and none trained twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import yaml
+
+from airflow_provider_primus.data.planner import plan
+from airflow_provider_primus.data.service.auth import new_token
+from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.spec.data import FileSource, PrimusData
+from airflow_provider_primus.spec.training import (
+    PrimusTraining,
+    check_against,
+    feature_columns,
+    stream_source,
+    table_sizes,
+)
+from airflow_provider_primus.training.checkpoint import CheckpointStore
+from airflow_provider_primus.training.feeds import FileFeed, StreamFeed
+from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
+from airflow_provider_primus.training.mixer import MixPolicy, SourcePolicy
+from airflow_provider_primus.training.model import DLRM
+from airflow_provider_primus.training.optim import Optimizers
+from airflow_provider_primus.training.publish import Publisher
+from airflow_provider_primus.training.stream import StreamSource
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TrainOptions", "Trainer", "train"]
+
+
+class Feed(Protocol):
+    name: str
+    stream: bool
+
+    def available(self, want: int) -> int: ...
+    def take(self, rows: int) -> list[TensorBatch]: ...
+    def exhausted(self) -> bool: ...
+    def state(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+@dataclass
+class TrainOptions:
+    workdir: Path
+    mode: str | None = None  # overrides the training spec's
+    spec_path: Path | None = None  # the data document on disk (executors read it); written if absent
+    follow: bool = False  # keep following the stream instead of stopping at its end offsets
+    max_steps: int | None = None
+    passthrough: Sequence[str] = ()
+    trace: Callable[[int, list[tuple[str, TensorBatch]]], None] | None = None
+    progress: Callable[[dict[str, Any]], None] | None = None
+    progress_every_s: float = 2.0
+    resume: bool = True
+    until: Callable[[Trainer], bool] | None = None  # checked before each step: stop when true
+
+
+@dataclass
+class _Metrics:
+    rows_trained: dict[str, int] = field(default_factory=dict)
+    rows_scored: int = 0
+    deferred: dict[str, int] = field(default_factory=dict)
+    guard_steps: int = 0
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    window_rows: dict[str, int] = field(default_factory=dict)
+    window_guard: int = 0
+    elapsed_s: float = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+def _device(choice: str) -> torch.device:
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _concat(parts: list[tuple[str, TensorBatch]], device: torch.device) -> tuple[torch.Tensor, ...]:
+    sparse = torch.cat([b.sparse for _, b in parts]).to(device, non_blocking=True)
+    dense = torch.cat([b.dense for _, b in parts]).to(device, non_blocking=True)
+    labels = torch.cat([b.labels for _, b in parts]).to(device, non_blocking=True)
+    return sparse, dense, labels
+
+
+class Trainer:
+    def __init__(self, data: PrimusData, training: PrimusTraining, options: TrainOptions) -> None:
+        check_against(training, data)
+        self.data, self.training, self.options = data, training, options
+        spec = training.spec
+        self.mode = options.mode or spec.mode
+        self.device = _device(spec.device)
+        self.sparse_cols, self.dense_cols = feature_columns(data)
+        sizes = table_sizes(training, data)
+        torch.manual_seed(spec.seed)
+        # Sparse Adagrad builds COO gradients torch cannot cheaply validate; we opt out explicitly
+        # (the default) rather than let every step warn about it.
+        torch.sparse.check_sparse_tensor_invariants.disable()  # type: ignore[no-untyped-call]
+        self.model = DLRM(
+            num_embeddings=[sizes[c] for c in self.sparse_cols],
+            num_dense=len(self.dense_cols),
+            embedding_dim=spec.model.embedding_dim,
+            bottom_mlp=spec.model.bottom_mlp if self.dense_cols else [],
+            top_mlp=spec.model.top_mlp,
+            seed=spec.seed,
+        ).to(self.device)
+        self.optim = Optimizers(
+            self.model,
+            sparse=spec.optimizer.sparse.type,
+            sparse_lr=spec.optimizer.sparse.lr,
+            dense=spec.optimizer.dense.type,
+            dense_lr=spec.optimizer.dense.lr,
+        )
+        self.workdir = options.workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        ckpt_dir = Path(spec.checkpoint.dir) if spec.checkpoint.dir else self.workdir / "checkpoints"
+        self.checkpoints = CheckpointStore(ckpt_dir, keep=spec.checkpoint.keep)
+        self.publisher = Publisher(
+            Path(spec.publish.dir) if spec.publish.dir else self.workdir / "model", keep=spec.publish.keep
+        )
+        self.stream_src = stream_source(training, data)
+        self.scores = ScoreLog()
+        self.freshness = Percentiles(seed=spec.seed)
+        self.metrics = _Metrics()
+        self.step = 0
+        self.feeds: dict[str, Feed] = {}
+        self._closed = False
+
+    # -- set-up ------------------------------------------------------------------------------------
+
+    def _participants(self) -> list[str]:
+        """Sources this mode reads: batch mode still reads the stream, to score it."""
+        names = []
+        for s in self.data.spec.sources:
+            if s.type == "files" and self.mode in ("batch", "mixed"):
+                names.append(s.name)
+            if self.stream_src is not None and s.name == self.stream_src.name:
+                names.append(s.name)
+        return names
+
+    def _trains_on(self, name: str) -> bool:
+        stream = self.stream_src is not None and name == self.stream_src.name
+        return not stream or self.mode in ("stream", "mixed")
+
+    def _spec_path(self) -> Path:
+        if self.options.spec_path is not None:
+            return self.options.spec_path
+        path = self.workdir / "primus-data.yaml"
+        path.write_text(yaml.safe_dump(self.data.model_dump(mode="json", by_alias=True, exclude_none=True)))
+        return path
+
+    def _open_feeds(self, states: Mapping[str, Any]) -> None:
+        spec = self.training.spec
+        names = self._participants()
+        files = [s for s in self.data.spec.sources if isinstance(s, FileSource) and s.name in names]
+        token = new_token()
+        if files:
+            window = self.data.spec.window
+            if window is None:
+                raise ValueError("training on files sources needs spec.window in the data document")
+            graph = plan(self.data, window.start, window.end)
+            if graph.missing:
+                log.warning("missing partitions: %s", [m.path for m in graph.missing])
+            spec_path = self._spec_path()
+            for source in files:
+                tasks = [t for t in graph.tasks if t.source == source.name]
+                groups = {t.group for t in tasks}
+                edges = [e for e in graph.edges if e[0] in groups and e[1] in groups]
+                self.feeds[source.name] = FileFeed(
+                    source.name,
+                    tasks,
+                    edges,
+                    spec_path=spec_path,
+                    token=token,
+                    sparse=self.sparse_cols,
+                    dense=self.dense_cols,
+                    passthrough=self.options.passthrough,
+                    executors=spec.data_executors,
+                    batch_rows=max(1024, spec.batch_size * 4),
+                    state=states.get(source.name),
+                )
+        if self.stream_src is not None and self.stream_src.name in names:
+            state = states.get(self.stream_src.name)
+            src = StreamSource(
+                self.stream_src,
+                passthrough=self.options.passthrough,
+                start_offsets={int(p): int(o) for p, o in state["offsets"].items()} if state else None,
+                bounded=not self.options.follow,
+            )
+            if state:
+                src.dead_lettered = int(state["dead_lettered"])
+            self.feeds[self.stream_src.name] = StreamFeed(self.stream_src.name, src)
+
+    def _policy(self) -> MixPolicy:
+        spec = self.training.spec
+        weights = {m.source: m for m in self.data.spec.mixture}
+        policies = []
+        for name in self.feeds:
+            entry = weights.get(name)
+            control = spec.mixing.sources.get(name)
+            policies.append(
+                SourcePolicy(
+                    name=name,
+                    weight=entry.weight if entry else 1.0,
+                    priority=entry.priority if entry else 0,
+                    cap=control.cap if control else 1.0,
+                    stream=self.feeds[name].stream,
+                )
+            )
+        return MixPolicy(
+            policies,
+            batch_size=spec.batch_size,
+            window_steps=spec.mixing.window_steps,
+            max_stream_share=spec.mixing.freshness.max_share,
+        )
+
+    def restore(self) -> dict[str, Any]:
+        found = self.checkpoints.latest() if self.options.resume else None
+        if found is None:
+            return {}
+        step, state = found
+        self.step = step
+        self.model.load_state_dict(state["model"])
+        self.optim.load_state_dict(state["optim"])
+        self.scores.load_state_dict(state["scores"])
+        self.freshness.load_state_dict(state["freshness"])
+        self.metrics.load_state_dict(state["metrics"])
+        self._mixer_state = state["mixer"]
+        log.info("resumed from checkpoint at step %d", step)
+        return dict(state["feeds"])
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def _clock_ms(self) -> int:
+        if self.training.spec.mixing.freshness.clock == "wall":
+            return int(time.time() * 1000)
+        history = [f for f in self.feeds.values() if isinstance(f, FileFeed)]
+        now = max((f.watermark_ms for f in history), default=0)
+        stream = self._stream_feed()
+        if stream is not None:
+            now = max(now, stream.source.frontier_ms if stream.gate_ms is None else now)
+        return now
+
+    def _stream_feed(self) -> StreamFeed | None:
+        if self.stream_src is None:
+            return None
+        feed = self.feeds.get(self.stream_src.name)
+        return feed if isinstance(feed, StreamFeed) else None
+
+    def _update_gate(self) -> None:
+        stream = self._stream_feed()
+        if stream is None or self.training.spec.mixing.freshness.clock != "replay":
+            return
+        history = [f for f in self.feeds.values() if isinstance(f, FileFeed) and not f.exhausted()]
+        stream.gate_ms = max((f.watermark_ms for f in history), default=0) if history else None
+
+    def _guard(self) -> tuple[bool, int, float]:
+        stream = self._stream_feed()
+        if stream is None:
+            return False, 0, 0.0
+        fresh = self.training.spec.mixing.freshness
+        lag = stream.lag_records()
+        nxt = stream.next_event_ms()
+        age = max(0.0, (self._clock_ms() - nxt) / 1000.0) if nxt is not None else 0.0
+        lagging = (fresh.max_lag_records is not None and lag > fresh.max_lag_records) or (
+            fresh.max_event_age_s is not None and nxt is not None and age > fresh.max_event_age_s
+        )
+        return lagging, lag, age
+
+    def _train_step(self, parts: list[tuple[str, TensorBatch]]) -> None:
+        spec = self.training.spec
+        sparse, dense, labels = _concat(parts, self.device)
+        weights = torch.cat(
+            [
+                torch.full(
+                    (len(b),),
+                    (spec.mixing.sources[n].loss_weight if n in spec.mixing.sources else 1.0)
+                    if self._trains_on(n)
+                    else 0.0,
+                )
+                for n, b in parts
+            ]
+        ).to(self.device)
+        trained = sum(len(b) for n, b in parts if self._trains_on(n))
+        self.model.train()
+        logits = self.model(sparse, dense)
+        stream_name = self.stream_src.name if self.stream_src is not None else None
+        offset = 0
+        probs = torch.sigmoid(logits.detach()).float().cpu().numpy()
+        for n, b in parts:
+            if n == stream_name:  # progressive validation: scored before the update below
+                self.scores.append(b.labels.numpy(), probs[offset : offset + len(b)])
+                self.metrics.rows_scored += len(b)
+            offset += len(b)
+        if trained and float(weights.sum()) > 0:
+            losses = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
+            loss = (losses * weights).sum() / trained
+            self.optim.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            multipliers = [
+                (spec.mixing.sources[n].lr_multiplier if n in spec.mixing.sources else 1.0, len(b))
+                for n, b in parts
+                if self._trains_on(n)
+            ]
+            scale = sum(m * r for m, r in multipliers) / trained
+            self.optim.step(lr_scale=scale)
+        now_ms = self._clock_ms()
+        for n, b in parts:
+            if self._trains_on(n):
+                self.metrics.rows_trained[n] = self.metrics.rows_trained.get(n, 0) + len(b)
+                if n == stream_name and b.event_time_ms is not None:
+                    age = (now_ms - b.event_time_ms.numpy()).clip(min=0) / 1000.0
+                    self.freshness.add(age.astype(np.float64))
+
+    def _checkpoint(self, policy: MixPolicy) -> None:
+        feeds = {name: feed.state() for name, feed in self.feeds.items()}
+        state = {
+            "model": self.model.state_dict(),
+            "optim": self.optim.state_dict(),
+            "mixer": policy.state_dict(),
+            "scores": self.scores.state_dict(),
+            "freshness": self.freshness.state_dict(),
+            "metrics": self.metrics.state_dict(),
+            "feeds": feeds,
+        }
+        self.checkpoints.save(self.step, state)
+        stream = self._stream_feed()
+        if stream is not None:
+            stream.source.commit(feeds[stream.name]["offsets"])
+
+    def _publish(self) -> None:
+        self.publisher.publish(
+            self.model.state_dict(),
+            {"step": self.step, "watermark": _iso(self._watermark_ms()), "metrics": self.summary()},
+        )
+
+    def _watermark_ms(self) -> int:
+        marks = [f.watermark_ms for f in self.feeds.values() if isinstance(f, FileFeed)]
+        stream = self._stream_feed()
+        if stream is not None and self._trains_on(stream.name):
+            marks.append(stream.source.frontier_ms)
+        return max(marks, default=0)
+
+    def run(self) -> dict[str, Any]:
+        spec = self.training.spec
+        states = self.restore()
+        started = time.monotonic()
+        elapsed_before = self.metrics.elapsed_s
+        try:
+            self._open_feeds(states)
+            policy = self._policy()
+            if getattr(self, "_mixer_state", None):
+                policy.load_state_dict(self._mixer_state)
+            last_ckpt = last_pub = last_progress = time.monotonic()
+            while self.options.max_steps is None or self.step < self.options.max_steps:
+                if self.options.until is not None and self.options.until(self):
+                    break
+                self._update_gate()
+                guard, lag, age = self._guard()
+                active = [n for n, f in self.feeds.items() if not f.exhausted()]
+                if not active:
+                    break
+                # Every feed is asked for a whole step's rows, whatever its share: how much a feed can
+                # offer then depends only on the data, not on how batches happened to be cut or polled.
+                available = {
+                    n: min(spec.batch_size, self.feeds[n].available(spec.batch_size)) for n in active
+                }
+                step_plan = policy.plan(available, active, guard=guard)
+                if not step_plan.rows:
+                    stream = self._stream_feed()
+                    if stream is None or not self.options.follow:
+                        raise RuntimeError(f"no source can supply rows (active: {active})")
+                    stream.source.poll(0.5)  # an idle stream while following: wait for events
+                    continue
+                parts = [(n, b) for n, r in step_plan.rows.items() for b in self.feeds[n].take(r)]
+                self._train_step(parts)
+                self.step += 1
+                self._account(step_plan.rows, step_plan.deferred, guard, lag, age)
+                if self.options.trace is not None:
+                    self.options.trace(self.step, parts)
+                now = time.monotonic()
+                self.metrics.elapsed_s = elapsed_before + (now - started)
+                ck = spec.checkpoint
+                if (ck.every_steps and self.step % ck.every_steps == 0) or (
+                    ck.every_s and now - last_ckpt >= ck.every_s
+                ):
+                    self._checkpoint(policy)
+                    last_ckpt = now
+                pub = spec.publish
+                if (pub.every_steps and self.step % pub.every_steps == 0) or (
+                    pub.every_s and now - last_pub >= pub.every_s
+                ):
+                    self._publish()
+                    last_pub = now
+                if self.options.progress is not None and now - last_progress >= self.options.progress_every_s:
+                    self.options.progress(self.summary(brief=True))
+                    last_progress = now
+            self.metrics.elapsed_s = elapsed_before + (time.monotonic() - started)
+            self._checkpoint(policy)
+            self._publish()
+            result = self.summary()
+            if spec.evaluation.holdout is not None:
+                result["holdout"] = self._evaluate_holdout()
+            return result
+        finally:
+            self.close()
+
+    def _account(
+        self, rows: dict[str, int], deferred: dict[str, int], guard: bool, lag: int, age: float
+    ) -> None:
+        m = self.metrics
+        for n, r in deferred.items():
+            m.deferred[n] = m.deferred.get(n, 0) + r
+        m.guard_steps += int(guard)
+        m.window_guard += int(guard)
+        for n, r in rows.items():
+            m.window_rows[n] = m.window_rows.get(n, 0) + r
+        if self.step % self.training.spec.mixing.window_steps == 0:
+            total = sum(m.window_rows.values()) or 1
+            m.windows.append(
+                {
+                    "step": self.step,
+                    "shares": {n: round(r / total, 4) for n, r in sorted(m.window_rows.items())},
+                    "guard_steps": m.window_guard,
+                    "lag_records": lag,
+                    "event_age_s": round(age, 3),
+                    "deferred": dict(m.deferred),
+                }
+            )
+            del m.windows[:-1000]
+            m.window_rows, m.window_guard = {}, 0
+
+    def _evaluate_holdout(self) -> dict[str, Any]:
+        holdout = self.training.spec.evaluation.holdout
+        assert holdout is not None
+        graph = plan(self.data, holdout.start, holdout.end)
+        log_ = ScoreLog()
+        token = new_token()
+        spec_path = self._spec_path()
+        self.model.eval()
+        for source in self.data.spec.sources:
+            if not isinstance(source, FileSource):
+                continue
+            tasks = [t for t in graph.tasks if t.source == source.name]
+            if not tasks:
+                continue
+            feed = FileFeed(
+                f"holdout-{source.name}",
+                tasks,
+                [],
+                spec_path=spec_path,
+                token=token,
+                sparse=self.sparse_cols,
+                dense=self.dense_cols,
+            )
+            try:
+                with torch.no_grad():
+                    while feed.available(4096):
+                        for b in feed.take(4096):
+                            p = torch.sigmoid(self.model(b.sparse.to(self.device), b.dense.to(self.device)))
+                            log_.append(b.labels.numpy(), p.float().cpu().numpy())
+            finally:
+                feed.close()
+        return {"rows": len(log_), "auc": _round(log_.auc()), "logloss": _round(log_.logloss())}
+
+    def summary(self, brief: bool = False) -> dict[str, Any]:
+        m = self.metrics
+        window = self.training.spec.evaluation.window_rows
+        out: dict[str, Any] = {
+            "mode": self.mode,
+            "steps": self.step,
+            "rows_trained": dict(m.rows_trained),
+            "rows_scored": m.rows_scored,
+            "progressive": {
+                "auc": _round(self.scores.auc()),
+                "logloss": _round(self.scores.logloss()),
+                "window_auc": _round(self.scores.window_auc(window)),
+                "window_logloss": _round(self.scores.window_logloss(window)),
+            },
+            "freshness_s": {
+                "p50": _round(self.freshness.quantile(0.5)),
+                "p99": _round(self.freshness.quantile(0.99)),
+            },
+            "dead_lettered": self._dead_lettered(),
+            "deferred": dict(m.deferred),
+            "guard_steps": m.guard_steps,
+            "watermark": _iso(self._watermark_ms()),
+            "elapsed_s": round(m.elapsed_s, 3),
+            "samples_per_s": round(sum(m.rows_trained.values()) / m.elapsed_s, 1) if m.elapsed_s else None,
+        }
+        if not brief:
+            out["windows"] = m.windows[-20:]
+        return out
+
+    def _dead_lettered(self) -> int:
+        stream = self._stream_feed()
+        return stream.source.malformed_seen() if stream is not None else 0
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for feed in self.feeds.values():
+            try:
+                feed.close()
+            except Exception:  # close everything even if one fails
+                log.exception("closing feed %s", feed.name)
+
+
+def _round(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), 6)
+
+
+def _iso(ms: int) -> str | None:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat() if ms else None
+
+
+def train(data: PrimusData, training: PrimusTraining, options: TrainOptions) -> dict[str, Any]:
+    return Trainer(data, training, options).run()
+
+
+def default_workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="primus-train-"))
+
+
+def print_progress(summary: Mapping[str, Any]) -> None:
+    p = summary["progressive"]
+    print(
+        f"step {summary['steps']:>7}  trained {summary['rows_trained']}  auc {p['window_auc']}  "
+        f"freshness p99 {summary['freshness_s']['p99']}s  dead-lettered {summary['dead_lettered']}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def dump_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, default=str)

@@ -1,0 +1,387 @@
+"""The stream source: JSON events from Kafka turned into the same tensors the batch sources produce.
+
+One definition of features: events are decoded into Arrow record batches and passed through the
+source's ``BatchTransformer``, the class the data executors use for files. Decoding takes a fast path
+(the whole poll as newline-delimited JSON through pyarrow's multi-threaded C++ reader) and falls back
+to one message at a time only when that block holds something malformed, so a bad event costs its
+own block a slow pass but never the stream.
+
+A malformed message (not JSON, not an object, a missing ID or event time, a value the transforms
+cannot use) is counted and forwarded to the dead-letter topic with the reason in its headers; it is
+never trained on and never stops training. Dead-lettering is at-least-once: after a crash the
+messages between the last checkpoint and the crash are re-read and may be forwarded again (the
+headers carry topic/partition/offset to deduplicate on).
+
+Offsets: ``trained_offsets()`` is, per partition, the offset of the first record not yet trained on.
+That is what a checkpoint stores and what is committed to the consumer group once the checkpoint is
+durable (``commit``); Kafka's own auto-commit is off, since it would commit what was merely read.
+Partitions are assigned explicitly (no group rebalancing): the trainer, not the broker, owns the
+position. Rows are served in poll order, which is deterministic for a single-partition topic.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pajson
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import TopicAlreadyExistsError
+from kafka.structs import OffsetAndMetadata
+
+from airflow_provider_primus.data.sources.kafka import resolve_offsets
+from airflow_provider_primus.data.tensors import TensorBatch, to_tensors
+from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMismatchError
+from airflow_provider_primus.spec.data import KafkaSource
+
+log = logging.getLogger(__name__)
+
+__all__ = ["StreamSource", "dead_letter_topic"]
+
+# What an event's values can raise on their way to tensors; anything else is a bug and propagates.
+_UNUSABLE = (SchemaMismatchError, pa.ArrowException, ValueError, TypeError, KeyError)
+
+
+def dead_letter_topic(source: KafkaSource) -> str:
+    return source.dead_letter_topic or f"{source.topic}.dlq"
+
+
+@dataclass
+class _Pending:
+    """Decoded rows not yet trained, in arrival order."""
+
+    batch: TensorBatch
+    partition: int
+
+
+class StreamSource:
+    def __init__(
+        self,
+        source: KafkaSource,
+        *,
+        passthrough: Sequence[str] = (),
+        start_offsets: Mapping[int, int] | None = None,
+        bounded: bool = False,
+        partitions: Sequence[int] | None = None,
+        max_poll_records: int = 5000,
+        dead_letters: bool = True,
+    ) -> None:
+        """``start_offsets`` (a checkpoint's) wins over the source's start policy. ``bounded`` stops
+        at the end offsets seen at start (a replay); otherwise the stream is followed for ever.
+        ``partitions`` restricts this trainer to its share of the topic."""
+        self.source = source
+        self.transformer = BatchTransformer(source.schema_, passthrough=passthrough)
+        self.sparse, self.dense = list(source.schema_.sparse), list(source.schema_.dense)
+        self.passthrough = tuple(passthrough)
+        event_time = source.schema_.event_time
+        self._required = [*source.schema_.sparse, *([event_time] if event_time else [])]
+        self.consumer: Any = KafkaConsumer(
+            bootstrap_servers=source.servers(),
+            group_id=source.group_id,
+            enable_auto_commit=False,
+            max_poll_records=max_poll_records,
+            fetch_max_bytes=64 * 1024 * 1024,
+            max_partition_fetch_bytes=16 * 1024 * 1024,
+            client_id=f"primus-stream-{source.name}",
+        )
+        if start_offsets is None:
+            planned = resolve_offsets(
+                bootstrap_servers=source.bootstrap_servers,
+                topic=source.topic,
+                start_policy=source.start.policy,
+                start_timestamp=source.start.timestamp,
+                group_id=source.group_id,
+                window_start=None,
+                window_end=None,
+            )
+            start_offsets = {p: start for p, start, _ in planned}
+        wanted = set(partitions) if partitions is not None else None
+        self.tps = [
+            TopicPartition(source.topic, p) for p in sorted(start_offsets) if wanted is None or p in wanted
+        ]
+        self.consumer.assign(self.tps)
+        self.next_offset: dict[int, int] = {}
+        for tp in self.tps:
+            self.consumer.seek(tp, int(start_offsets[tp.partition]))
+            self.next_offset[tp.partition] = int(start_offsets[tp.partition])
+        self.end_offsets: dict[int, int] | None = None
+        if bounded:
+            ends = self.consumer.end_offsets(self.tps)
+            self.end_offsets = {tp.partition: int(ends[tp]) for tp in self.tps}
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._pending_rows = 0
+        # Malformed offsets still ahead of the trained position, per partition: they count as
+        # dead-lettered in a checkpoint only once training has passed them.
+        self._malformed_ahead: dict[int, collections.deque[int]] = {
+            tp.partition: collections.deque() for tp in self.tps
+        }
+        self.dead_lettered = 0  # at or behind the trained position
+        self.rows_decoded = 0
+        self.frontier_ms = 0  # newest event time decoded so far
+        self._dlq_topic = dead_letter_topic(source)
+        self._producer: Any = None
+        self._dead_letters = dead_letters
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def _position_lag(self) -> int:
+        lag = 0
+        for tp in self.tps:
+            high = self.consumer.highwater(tp)
+            if self.end_offsets is not None:
+                high = (
+                    self.end_offsets[tp.partition]
+                    if high is None
+                    else min(high, self.end_offsets[tp.partition])
+                )
+            if high is None:
+                return -1  # not known until the first fetch answers
+            lag += max(0, int(high) - self.next_offset[tp.partition])
+        return lag
+
+    def lag_records(self) -> int:
+        """Records on the broker not yet decoded plus decoded rows not yet trained."""
+        return max(0, self._position_lag()) + self._pending_rows
+
+    def caught_up(self) -> bool:
+        """Nothing left to read right now (the stream is idle, or a bounded replay reached its end)."""
+        if self.end_offsets is not None and all(
+            self.next_offset[p] >= end for p, end in self.end_offsets.items()
+        ):
+            return True
+        return self._position_lag() == 0
+
+    def exhausted(self) -> bool:
+        """Only a bounded replay ends."""
+        return self.end_offsets is not None and self._pending_rows == 0 and self.caught_up()
+
+    def buffered(self) -> int:
+        return self._pending_rows
+
+    def poll(self, timeout_s: float) -> int:
+        """One fetch round; returns the rows it added."""
+        if self.end_offsets is not None and self.caught_up():
+            return 0
+        records = self.consumer.poll(timeout_ms=int(timeout_s * 1000))
+        added = 0
+        for tp, fetched in records.items():
+            end = None if self.end_offsets is None else self.end_offsets[tp.partition]
+            batch = fetched if end is None else [r for r in fetched if r.offset < end]
+            if not batch:
+                continue
+            added += self._decode(tp.partition, batch)
+            self.next_offset[tp.partition] = batch[-1].offset + 1
+            if end is not None and self.next_offset[tp.partition] >= end:
+                self.consumer.pause(tp)
+        return added
+
+    def fill(self, rows: int, timeout_s: float = 10.0) -> int:
+        """Poll until ``rows`` are buffered or the stream has nothing more now; returns what is buffered.
+
+        "Nothing more" is judged by offsets (the high watermark), not by an empty poll, so the same
+        topic contents always give the same batches.
+        """
+        deadline = time.monotonic() + timeout_s
+        while self._pending_rows < rows and time.monotonic() < deadline:
+            if self._position_lag() == 0 or (self.end_offsets is not None and self.caught_up()):
+                break
+            self.poll(min(0.5, max(0.0, deadline - time.monotonic())))
+        return self._pending_rows
+
+    # -- decoding -----------------------------------------------------------------------------------
+
+    def _decode(self, partition: int, records: Sequence[Any]) -> int:
+        values = [r.value if r.value is not None else b"" for r in records]
+        table = self._fast_table(values)
+        if table is not None:
+            try:
+                offsets = np.fromiter((r.offset for r in records), dtype=np.int64, count=len(records))
+                return self._append(partition, self._transform(table), offsets)
+            except _UNUSABLE:
+                pass  # some event's values do not fit the schema: find it below
+        survivors = [(r, e) for r in records if (e := self._screen(partition, r)) is not None]
+        if not survivors:
+            return 0
+        try:
+            table = pa.Table.from_pylist([e for _, e in survivors])
+            offsets = np.asarray([r.offset for r, _ in survivors], dtype=np.int64)
+            return self._append(partition, self._transform(table), offsets)
+        except _UNUSABLE:
+            return sum(self._decode_one(partition, r, e) for r, e in survivors)
+
+    def _decode_one(self, partition: int, record: Any, event: dict[str, Any]) -> int:
+        try:
+            transformed = self._transform(pa.Table.from_pylist([event]))
+        except _UNUSABLE as exc:
+            self._dead_letter(partition, record, f"values do not fit the schema: {exc}")
+            return 0
+        return self._append(partition, transformed, np.asarray([record.offset], dtype=np.int64))
+
+    def _screen(self, partition: int, record: Any) -> dict[str, Any] | None:
+        """The event as a dict, or None after dead-lettering it with the reason."""
+        try:
+            event = json.loads(record.value)
+        except (TypeError, ValueError) as exc:
+            self._dead_letter(partition, record, f"not valid JSON: {exc}")
+            return None
+        if not isinstance(event, dict):
+            self._dead_letter(partition, record, f"expected a JSON object, got {type(event).__name__}")
+            return None
+        missing = [c for c in self._required if event.get(c) is None]
+        if missing:
+            self._dead_letter(partition, record, f"missing required field(s): {', '.join(missing)}")
+            return None
+        return event
+
+    def _append(self, partition: int, transformed: pa.RecordBatch, offsets: np.ndarray[Any, Any]) -> int:
+        batch = to_tensors(transformed, sparse=self.sparse, dense=self.dense, extra=self.passthrough)
+        batch.origin = f"{self.source.topic}/{partition}"
+        batch.positions = offsets
+        self._pending.append(_Pending(batch, partition))
+        self._pending_rows += len(batch)
+        self.rows_decoded += len(batch)
+        if batch.event_time_ms is not None and len(batch):
+            self.frontier_ms = max(self.frontier_ms, int(batch.event_time_ms.max()))
+        return len(batch)
+
+    def _fast_table(self, values: list[bytes]) -> pa.Table | None:
+        if not values or any(b"\n" in v or not v.strip() for v in values):
+            return None
+        try:
+            table = pajson.read_json(
+                pa.py_buffer(b"\n".join(values)),
+                read_options=pajson.ReadOptions(block_size=max(1 << 20, 2 * sum(map(len, values)))),
+            )
+        except (pa.ArrowInvalid, pa.ArrowException):
+            return None
+        if table.num_rows != len(values):
+            return None
+        for column in self._required:
+            if column not in table.column_names or table.column(column).null_count:
+                return None
+        return table
+
+    def _transform(self, table: pa.Table) -> pa.RecordBatch:
+        columns = self.transformer.input_columns()
+        missing = [c for c in columns if c not in table.column_names]
+        if missing:  # optional (dense, label) fields absent from every event of this block
+            for c in missing:
+                table = table.append_column(c, pa.nulls(table.num_rows))
+        batch = table.select(columns).combine_chunks().to_batches()
+        record_batch = batch[0] if batch else pa.RecordBatch.from_pylist([])
+        self.transformer.check_schema(record_batch.schema, "<stream>")
+        return self.transformer(record_batch, "<stream>")
+
+    def _dead_letter(self, partition: int, record: Any, reason: str) -> None:
+        self._malformed_ahead[partition].append(record.offset)
+        log.warning(
+            "stream %s: message %s/%d@%d dead-lettered: %s",
+            self.source.name,
+            self.source.topic,
+            partition,
+            record.offset,
+            reason,
+        )
+        if not self._dead_letters:
+            return
+        if self._producer is None:
+            self._ensure_topic()
+            self._producer = KafkaProducer(
+                bootstrap_servers=self.source.servers(), client_id=f"primus-dlq-{self.source.name}"
+            )
+        headers = [
+            ("primus.error", reason.encode()[:1000]),
+            ("primus.source", self.source.name.encode()),
+            ("primus.topic", self.source.topic.encode()),
+            ("primus.partition", str(partition).encode()),
+            ("primus.offset", str(record.offset).encode()),
+        ]
+        self._producer.send(self._dlq_topic, key=record.key, value=record.value, headers=headers)
+
+    def _ensure_topic(self) -> None:
+        admin: Any = KafkaAdminClient(bootstrap_servers=self.source.servers(), client_id="primus-dlq-admin")
+        try:
+            if self._dlq_topic not in admin.list_topics():
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    admin.create_topics([NewTopic(self._dlq_topic, num_partitions=1, replication_factor=1)])
+        finally:
+            admin.close()
+
+    # -- serving ------------------------------------------------------------------------------------
+
+    def peek_event_times(self, rows: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Event times (ms) of the next ``rows`` buffered rows, for the replay gate and the age check."""
+        out: list[np.ndarray[Any, Any]] = []
+        need = rows
+        for pending in self._pending:
+            if need <= 0:
+                break
+            times = pending.batch.event_times()[:need].numpy()
+            out.append(times)
+            need -= len(times)
+        return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+
+    def take(self, rows: int) -> list[TensorBatch]:
+        """The next ``rows`` buffered rows (fewer if fewer are buffered), marked as trained."""
+        out: list[TensorBatch] = []
+        while rows > 0 and self._pending:
+            head = self._pending[0]
+            n = len(head.batch)
+            if n <= rows:
+                out.append(head.batch)
+                self._pending.popleft()
+                rows -= n
+                self._pending_rows -= n
+            else:
+                out.append(head.batch.slice(0, rows))
+                head.batch = head.batch.slice(rows, n)
+                self._pending_rows -= rows
+                rows = 0
+        self._settle_malformed()
+        return out
+
+    def _settle_malformed(self) -> None:
+        trained = self.trained_offsets()
+        for partition, ahead in self._malformed_ahead.items():
+            while ahead and ahead[0] < trained[partition]:
+                ahead.popleft()
+                self.dead_lettered += 1
+
+    def malformed_seen(self) -> int:
+        return self.dead_lettered + sum(len(a) for a in self._malformed_ahead.values())
+
+    def trained_offsets(self) -> dict[int, int]:
+        """Per partition, the first offset not yet trained on (what a checkpoint stores)."""
+        first_pending: dict[int, int] = {}
+        for pending in self._pending:
+            if pending.partition not in first_pending and pending.batch.positions is not None:
+                first_pending[pending.partition] = int(pending.batch.positions[0])
+        return {p: first_pending.get(p, self.next_offset[p]) for p in self.next_offset}
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        """Commit a checkpoint's offsets to the consumer group (for lag monitoring and `committed`)."""
+        if self.source.group_id is None:
+            return
+        self.consumer.commit(
+            {TopicPartition(self.source.topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()}
+        )
+
+    def flush(self) -> None:
+        if self._producer is not None:
+            self._producer.flush()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.flush()
+        if self._producer is not None:
+            self._producer.close()
+        self.consumer.close()

@@ -1,0 +1,79 @@
+"""The PrimusTraining contract: strict like the data contract, and checked against its data document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_primus.spec import SpecError, load_data_spec
+from airflow_provider_primus.spec.loader import load_training_spec
+from airflow_provider_primus.spec.training import check_against, default_training, table_sizes
+
+EXAMPLE = Path(__file__).parents[2] / "docs" / "examples"
+
+
+def doc(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "primus.dev/v1alpha1",
+        "kind": "PrimusTraining",
+        "metadata": {"name": "t"},
+        "spec": spec,
+    }
+
+
+def messages(exc: pytest.ExceptionInfo[SpecError]) -> str:
+    return str(exc.value)
+
+
+def test_defaults_and_the_example_validate() -> None:
+    assert default_training().spec.mode == "mixed"
+    training = load_training_spec(EXAMPLE / "primus-training.yaml")
+    data = load_data_spec(EXAMPLE / "primus-data.yaml")
+    check_against(training, data)
+    assert table_sizes(training, data) == {"user_id": 1000003, "item_id": 1000003}
+
+
+def test_a_misspelled_field_is_named_with_a_suggestion() -> None:
+    with pytest.raises(SpecError) as exc:
+        load_training_spec(doc(mixing={"freshnes": {}}))
+    assert "spec.mixing.freshnes" in messages(exc) and "freshness" in messages(exc)
+
+
+@pytest.mark.parametrize(
+    ("spec", "path"),
+    [
+        ({"model": {"embedding_dim": 8, "bottom_mlp": [32, 16]}}, "spec.model.bottom_mlp"),
+        ({"mode": "online"}, "spec.mode"),
+        ({"mixing": {"freshness": {"max_share": 1.5}}}, "spec.mixing.freshness.max_share"),
+        ({"mixing": {"sources": {"events": {"cap": 0}}}}, "spec.mixing.sources.events.cap"),
+        ({"batch_size": True}, "spec.batch_size"),
+    ],
+)
+def test_bad_values_name_their_field(spec: dict[str, Any], path: str) -> None:
+    with pytest.raises(SpecError) as exc:
+        load_training_spec(doc(**spec))
+    assert path in messages(exc)
+
+
+def test_cross_document_checks_name_the_problem() -> None:
+    data = load_data_spec(EXAMPLE / "primus-data.yaml")
+    training = load_training_spec(
+        doc(mixing={"sources": {"event": {"loss_weight": 2.0}}}, model={"buckets": {"price": 10}})
+    )
+    with pytest.raises(SpecError) as exc:
+        check_against(training, data)
+    text = messages(exc)
+    assert "spec.mixing.sources.event" in text and "did you mean 'events'" in text
+    assert "spec.model.buckets.price" in text and "not a sparse column" in text
+
+
+def test_a_holdout_overlapping_the_training_window_is_refused() -> None:
+    data = load_data_spec(EXAMPLE / "primus-data.yaml")
+    training = load_training_spec(
+        doc(evaluation={"holdout": {"start": "2026-11-02T00:00:00Z", "end": "2026-11-04T00:00:00Z"}})
+    )
+    with pytest.raises(SpecError) as exc:
+        check_against(training, data)
+    assert "spec.evaluation.holdout" in messages(exc)

@@ -1,0 +1,142 @@
+"""DLRM: shapes, seeded determinism, NaN dense input, sparse embedding gradients, and that it learns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from airflow_provider_primus.training.metrics import auc
+from airflow_provider_primus.training.model import DLRM
+from airflow_provider_primus.training.optim import Optimizers
+
+# torch's Adagrad warns, once per process, that it builds sparse tensors without invariant checks.
+pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
+
+TABLES = [50, 20, 7]
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    # Tensors this small gain nothing from intra-op threads, and on a busy two-core runner each
+    # parallel region can stall for a scheduler slice waiting on its second thread.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make_model(seed: int = 0, num_dense: int = 3) -> DLRM:
+    return DLRM(
+        num_embeddings=TABLES,
+        num_dense=num_dense,
+        embedding_dim=8,
+        bottom_mlp=[16, 8],
+        top_mlp=[16, 8],
+        seed=seed,
+    )
+
+
+def batch(n: int, seed: int, num_dense: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    sparse = torch.stack([torch.randint(0, t, (n,), generator=g) for t in TABLES], dim=1)
+    return sparse, torch.randn(n, num_dense, generator=g)
+
+
+def test_output_shape_and_split_covers_every_parameter() -> None:
+    model = make_model()
+    sparse, dense = batch(13, seed=1)
+    logits = model(sparse, dense)
+    assert logits.shape == (13,) and logits.dtype == torch.float32
+    assert model(sparse[:0], dense[:0]).shape == (0,)
+    split = model.embedding_parameters() + model.dense_parameters()
+    assert len(split) == len(list(model.parameters()))
+    assert {id(p) for p in split} == {id(p) for p in model.parameters()}
+    assert len(model.embedding_parameters()) == len(TABLES)
+
+
+def test_same_seed_same_model_and_global_rng_untouched() -> None:
+    rng_before = torch.random.get_rng_state()
+    a, b, c = make_model(seed=4), make_model(seed=4), make_model(seed=5)
+    assert torch.equal(rng_before, torch.random.get_rng_state())
+    sparse, dense = batch(32, seed=2)
+    assert torch.equal(a(sparse, dense), b(sparse, dense))
+    assert not torch.equal(a(sparse, dense), c(sparse, dense))
+    for pa, pb in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb)
+
+
+def test_nan_and_inf_dense_values_count_as_zero() -> None:
+    model = make_model()
+    sparse, dense = batch(8, seed=3)
+    dense[0, 1] = float("nan")
+    dense[3, 0] = float("inf")
+    dense[5, 2] = float("-inf")
+    zeroed = dense.clone()
+    zeroed[0, 1] = zeroed[3, 0] = zeroed[5, 2] = 0.0
+    logits = model(sparse, dense)
+    assert torch.isfinite(logits).all()
+    assert torch.equal(logits, model(sparse, zeroed))
+
+
+def test_embedding_gradients_are_sparse_and_dense_ones_are_not() -> None:
+    model = make_model()
+    sparse, dense = batch(16, seed=4)
+    model(sparse, dense).sum().backward()
+    for p in model.embedding_parameters():
+        assert p.grad is not None and p.grad.is_sparse
+    for p in model.dense_parameters():
+        assert p.grad is not None and not p.grad.is_sparse
+
+
+def test_bottom_width_must_match_embedding_dim() -> None:
+    with pytest.raises(ValueError, match=r"bottom_mlp.*\(4\).*embedding_dim \(8\)"):
+        DLRM(num_embeddings=[10], num_dense=2, embedding_dim=8, bottom_mlp=[16, 4], top_mlp=[4])
+    with pytest.raises(ValueError, match="at least one layer"):
+        DLRM(num_embeddings=[10], num_dense=2, embedding_dim=8, bottom_mlp=[], top_mlp=[4])
+    with pytest.raises(ValueError, match="at least two"):
+        DLRM(num_embeddings=[10], num_dense=0, embedding_dim=8, bottom_mlp=[], top_mlp=[4])
+
+
+def test_shape_mismatch_is_reported() -> None:
+    model = make_model()
+    sparse, dense = batch(4, seed=5)
+    with pytest.raises(ValueError, match="sparse"):
+        model(sparse[:, :2], dense)
+    with pytest.raises(ValueError, match="dense"):
+        model(sparse, dense[:, :1])
+    with pytest.raises(ValueError, match="rows"):
+        model(sparse, dense[:3])
+
+
+def test_without_dense_features() -> None:
+    # bottom_mlp is ignored without dense features, so a shared config need not change.
+    model = DLRM(num_embeddings=TABLES, num_dense=0, embedding_dim=8, bottom_mlp=[16, 4], top_mlp=[8])
+    assert model.bottom is None
+    sparse, _ = batch(10, seed=6)
+    logits = model(sparse, torch.empty(10, 0))
+    assert logits.shape == (10,)
+    logits.sum().backward()
+    assert all(p.grad is not None and p.grad.is_sparse for p in model.embedding_parameters())
+
+
+@pytest.mark.parametrize("sparse_optimizer", ["adagrad", "sparse_adam"])
+def test_learns_a_label_that_depends_on_a_sparse_id(sparse_optimizer: str) -> None:
+    # Half of table 0's IDs are "clicky"; the other features are noise.
+    clicky = torch.randperm(TABLES[0], generator=torch.Generator().manual_seed(0))[: TABLES[0] // 2]
+    is_clicky = torch.zeros(TABLES[0], dtype=torch.bool)
+    is_clicky[clicky] = True
+    model = make_model(seed=1)
+    optimizers = Optimizers(model, sparse=sparse_optimizer, dense="adam", dense_lr=1e-2)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    for step in range(200):
+        sparse, dense = batch(64, seed=100 + step)
+        labels = is_clicky[sparse[:, 0]].float()
+        optimizers.zero_grad()
+        loss_fn(model(sparse, dense), labels).backward()
+        optimizers.step()
+    sparse, dense = batch(2000, seed=1)
+    with torch.no_grad():
+        scores = torch.sigmoid(model(sparse, dense))
+    assert auc(is_clicky[sparse[:, 0]].float().numpy(), scores.numpy()) > 0.9

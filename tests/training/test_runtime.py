@@ -1,0 +1,202 @@
+"""The hybrid runtime on the real broker, real executor processes and real files.
+
+- exact resume: a trainer process SIGKILLed at several points and restarted trains the same rows in
+  the same order as an uninterrupted run;
+- the freshness guard: a burst raises the stream's share to the cap and back, and every batch row it
+  deferred is trained later, once;
+- malformed events are dead-lettered with their reason and never stop training.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer
+
+from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.spec import load_data_spec
+from airflow_provider_primus.spec.loader import load_training_spec
+from airflow_provider_primus.training.checkpoint import CheckpointStore
+from airflow_provider_primus.training.feeds import StreamFeed
+from airflow_provider_primus.training.runtime import Trainer, TrainOptions
+from tests.training.conftest import World
+
+PRIMUS = str(Path(sys.executable).parent / "primus")
+MALFORMED = [
+    b"{not json",
+    b"[1, 2, 3]",
+    json.dumps({"item_id": 3, "price": 1.0, "clicked": 1, "ts": "2026-05-01T04:00:00+00:00"}).encode(),
+    json.dumps({"user_id": {"a": 1}, "item_id": 3, "clicked": 1, "ts": "2026-05-01T04:00:00+00:00"}).encode(),
+    b"",
+]
+
+
+def run_trainer(world: World, workdir: Path, training: Path, kill_at: int | None = None) -> dict[str, Any]:
+    """``primus train`` as its own process; its trace (stdout) tells when to kill it."""
+    command = [PRIMUS, "train", str(world.spec_path), "--training", str(training), "--workdir", str(workdir)]
+    command += ["--trace", "-", "--passthrough", "row_id", "--json"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    steps: list[dict[str, Any]] = []
+    result: dict[str, Any] | None = None
+    try:
+        for line in proc.stdout:
+            entry = json.loads(line)
+            if "rows" in entry and "step" in entry:
+                steps.append(entry)
+                if kill_at is not None and entry["step"] >= kill_at:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+            else:
+                result = entry
+    finally:
+        proc.stdout.close()
+        code = proc.wait(timeout=120)
+    if kill_at is None:
+        assert code == 0 and result is not None
+    return {
+        "steps": steps,
+        "result": result,
+        "checkpoint": max(CheckpointStore(workdir / "checkpoints").steps()),
+    }
+
+
+def test_killed_trainer_resumes_with_the_same_sequence_of_trained_rows(world: World, tmp_path: Path) -> None:
+    world.produce_events(3000, seed=10)
+    world.produce(MALFORMED[:2])
+    world.produce_events(3000, seed=11)
+    training = world.training(
+        tmp_path / "training.yaml",
+        batch_size=256,
+        mixing={"window_steps": 10, "freshness": {"max_lag_records": 3000, "max_event_age_s": None}},
+        checkpoint={"every_steps": 5, "every_s": 0},
+        publish={"every_s": 0},
+    )
+    reference = run_trainer(world, tmp_path / "uninterrupted", training)
+    assert reference["result"]["rows_trained"] == {"history": world.history_rows, "events": 6000}
+    assert reference["result"]["guard_steps"] > 0  # the guard's decisions are part of what must repeat
+
+    workdir = tmp_path / "crashing"
+    combined: list[dict[str, Any]] = []
+    for kill_at in (7, 33, 61):
+        segment = run_trainer(world, workdir, training, kill_at=kill_at)
+        resumed_from = combined[-1]["step"] if combined else 0
+        assert segment["steps"][0]["step"] == resumed_from + 1
+        combined += [s for s in segment["steps"] if s["step"] <= segment["checkpoint"]]
+    last = run_trainer(world, workdir, training)
+    combined += last["steps"]
+
+    assert [s["step"] for s in combined] == [s["step"] for s in reference["steps"]]
+    assert [s["rows"] for s in combined] == [s["rows"] for s in reference["steps"]]
+    for key in ("rows_trained", "rows_scored", "dead_lettered", "steps", "deferred"):
+        assert last["result"][key] == reference["result"][key], key
+    assert abs(last["result"]["progressive"]["auc"] - reference["result"]["progressive"]["auc"]) < 1e-6
+
+
+def test_freshness_guard_raises_the_stream_share_to_its_cap_then_back(world: World, tmp_path: Path) -> None:
+    data = load_data_spec(world.spec_path)
+    training = load_training_spec(
+        world.training(
+            tmp_path / "training.yaml",
+            batch_size=256,
+            mixing={
+                "window_steps": 5,
+                "freshness": {"max_lag_records": 500, "max_event_age_s": None, "max_share": 0.75},
+            },
+            checkpoint={"every_steps": 0, "every_s": 0},
+            publish={"every_s": 0},
+        )
+    )
+    produced: list[int] = []
+    trained: Counter[int] = Counter()
+    per_step: list[dict[str, int]] = []
+
+    def trace(step: int, parts: list[tuple[str, TensorBatch]]) -> None:
+        rows: Counter[str] = Counter()
+        for name, batch in parts:
+            rows[name] += len(batch)
+            trained.update(int(x) for x in batch.extra["row_id"])
+        per_step.append(dict(rows))
+        if step < 60:  # a steady trickle near the stream's weight (0.25 x 256)...
+            produced.extend(world.produce_events(64, seed=1000 + step))
+        if step == 15:  # ...and a burst while consumption is paused inside this callback
+            produced.extend(world.produce_events(3000, seed=7))
+
+    def until(trainer: Trainer) -> bool:
+        stream = trainer.feeds["events"]
+        assert isinstance(stream, StreamFeed)
+        return (
+            trainer.step > 60
+            and trainer.feeds["history"].exhausted()
+            and trainer.metrics.rows_trained.get("events", 0) == len(produced)
+        )
+
+    options = TrainOptions(
+        workdir=tmp_path / "w", follow=True, trace=trace, until=until, passthrough=("row_id",)
+    )
+    result = Trainer(data, training, options).run()
+
+    share = [s.get("events", 0) / sum(s.values()) for s in per_step]
+    burst = share[16:40]
+    assert max(burst) >= 0.74  # the guard lifted the stream to its cap (0.75)...
+    assert result["guard_steps"] >= 5
+    after = [i for i in range(16, 60) if share[i] <= 0.4]
+    assert after, "the stream's share never fell back after it caught up"
+    assert result["deferred"].get("history", 0) > 0  # ...while batch rows were deferred,
+    history = Counter({i: 1 for i in range(world.history_rows)})
+    assert Counter({k: v for k, v in trained.items() if k < world.history_rows}) == history  # not dropped
+    assert sorted(k for k in trained if k >= world.history_rows) == sorted(produced)
+    assert all(v == 1 for v in trained.values())
+    assert any(w["guard_steps"] for w in result["windows"]) or result["guard_steps"]
+
+
+def test_malformed_events_are_dead_lettered_and_training_goes_on(world: World, tmp_path: Path) -> None:
+    good = world.produce_events(300, seed=3)
+    pretty = json.dumps(
+        {
+            "row_id": 10**6,
+            "user_id": 1,
+            "item_id": 2,
+            "price": 0.5,
+            "clicked": 1,
+            "ts": "2026-05-01T05:00:00Z",
+        },
+        indent=2,
+    ).encode()  # valid JSON across several lines: must be trained, not rejected
+    world.produce([*MALFORMED, pretty])
+    good += world.produce_events(200, seed=4)
+    data = load_data_spec(world.spec_path)
+    training = load_training_spec(world.training(tmp_path / "t.yaml", mode="stream", batch_size=128))
+    seen: list[int] = []
+    options = TrainOptions(
+        workdir=tmp_path / "w",
+        passthrough=("row_id",),
+        trace=lambda _s, parts: seen.extend(int(x) for _, b in parts for x in b.extra["row_id"]),
+    )
+    result = Trainer(data, training, options).run()
+    assert result["dead_lettered"] == len(MALFORMED)
+    assert sorted(seen) == sorted([*good, 10**6])
+    assert result["rows_trained"] == {"events": len(good) + 1}
+
+    consumer = KafkaConsumer(
+        f"{world.topic}.dlq",
+        bootstrap_servers=world.bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000,
+    )
+    try:
+        letters = [m for _, m in zip(range(len(MALFORMED)), consumer, strict=False)]
+    finally:
+        consumer.close()
+    letters.sort(key=lambda m: int(dict(m.headers)["primus.offset"]))  # order of detection may differ
+    assert [m.value for m in letters] == MALFORMED
+    reasons = [dict(m.headers)["primus.error"].decode() for m in letters]
+    assert "not valid JSON" in reasons[0] and "expected a JSON object" in reasons[1]
+    assert "user_id" in reasons[2] and "schema" in reasons[3]
+    assert {dict(m.headers)["primus.topic"].decode() for m in letters} == {world.topic}

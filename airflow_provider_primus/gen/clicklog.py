@@ -545,6 +545,9 @@ def _schema_section(world: World) -> dict[str, Any]:
         "transforms": [
             {"column": "user_id", "hash_bucket": user_buckets},
             {"column": "item_id", "hash_bucket": item_buckets},
+            # 24 values; hashed (into a prime far above 24) so the embedded training defaults can size
+            # every table from the data document alone.
+            {"column": "hour", "hash_bucket": 10007},
             {"column": "item_price", "fill": 0},
         ],
     }

@@ -147,7 +147,6 @@ class StreamFeed:
         return int(late[0]) if len(late) else len(times)
 
     def available(self, want: int) -> int:
-        self.source.poll(0)  # keep the high watermark fresh without waiting
         self.source.fill(want)
         return self.released(max(want, self.source.buffered()))
 
@@ -168,8 +167,7 @@ class StreamFeed:
         return self.source.exhausted()
 
     def state(self) -> dict[str, Any]:
-        self.source._settle_malformed()
-        return {"offsets": self.source.trained_offsets(), "dead_lettered": self.source.dead_lettered}
+        return self.source.checkpoint_state()
 
     def close(self) -> None:
         self.source.close()

@@ -399,7 +399,7 @@ class Trainer:
                     stream = self._stream_feed()
                     if stream is None or not self.options.follow:
                         raise RuntimeError(f"no source can supply rows (active: {active})")
-                    stream.source.poll(0.5)  # an idle stream while following: wait for events
+                    stream.source.wait(0.5)  # an idle stream while following: wait for events
                     continue
                 parts = [(n, b) for n, r in step_plan.rows.items() for b in self.feeds[n].take(r)]
                 self._train_step(parts)

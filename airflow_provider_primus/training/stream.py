@@ -25,6 +25,7 @@ import collections
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ class StreamSource:
         bounded: bool = False,
         partitions: Sequence[int] | None = None,
         max_poll_records: int = 5000,
+        max_buffered_rows: int = 20_000,
         dead_letters: bool = True,
     ) -> None:
         """``start_offsets`` (a checkpoint's) wins over the source's start policy. ``bounded`` stops
@@ -129,75 +131,142 @@ class StreamSource:
         self.frontier_ms = 0  # newest event time decoded so far
         self._dlq_topic = dead_letter_topic(source)
         self._producer: Any = None
+        self._committer: Any = None
         self._dead_letters = dead_letters
+        # Fetching and decoding run on their own thread, ahead of training by at most
+        # ``max_buffered_rows``: kafka-python parses in Python, pyarrow decodes without the GIL, and
+        # torch trains without it, so the three overlap. The consumer is used on that thread only.
+        self.max_buffered_rows = max(max_buffered_rows, 2 * max_poll_records)
+        self._high: dict[int, int | None] = {tp.partition: None for tp in self.tps}
+        self._cond = threading.Condition()
+        self._stopping = threading.Event()
+        self._error: BaseException | None = None
+        self._polls = 0
+        self._thread = threading.Thread(
+            target=self._ingest_loop, name=f"primus-ingest-{source.name}", daemon=True
+        )
+        self._thread.start()
 
     # -- reading ------------------------------------------------------------------------------------
 
     def _position_lag(self) -> int:
+        """Records on the broker past what was decoded, from the high watermarks of the last fetch;
+        -1 until every partition has answered once."""
         lag = 0
-        for tp in self.tps:
-            high = self.consumer.highwater(tp)
-            if self.end_offsets is not None:
-                high = (
-                    self.end_offsets[tp.partition]
-                    if high is None
-                    else min(high, self.end_offsets[tp.partition])
-                )
+        for p, high in self._high.items():
             if high is None:
-                return -1  # not known until the first fetch answers
-            lag += max(0, int(high) - self.next_offset[tp.partition])
+                return -1
+            end = high if self.end_offsets is None else min(high, self.end_offsets[p])
+            lag += max(0, end - self.next_offset[p])
         return lag
 
-    def lag_records(self) -> int:
-        """Records on the broker not yet decoded plus decoded rows not yet trained."""
-        return max(0, self._position_lag()) + self._pending_rows
+    def _ended(self) -> bool:
+        return self.end_offsets is not None and all(
+            self.next_offset[p] >= e for p, e in self.end_offsets.items()
+        )
+
+    def lag_records(self, timeout_s: float = 30.0) -> int:
+        """Records on the broker not yet decoded plus decoded rows not yet trained. Waits for the
+        first fetch to answer: guessing 0 before it would make the guard's first decision a race."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._position_lag() >= 0 or self._error is not None, timeout=timeout_s
+            )
+            return max(0, self._position_lag()) + self._pending_rows
 
     def caught_up(self) -> bool:
         """Nothing left to read right now (the stream is idle, or a bounded replay reached its end)."""
-        if self.end_offsets is not None and all(
-            self.next_offset[p] >= end for p, end in self.end_offsets.items()
-        ):
-            return True
-        return self._position_lag() == 0
+        with self._cond:
+            return self._ended() or self._position_lag() == 0
 
     def exhausted(self) -> bool:
         """Only a bounded replay ends."""
-        return self.end_offsets is not None and self._pending_rows == 0 and self.caught_up()
+        with self._cond:
+            return self._ended() and self._pending_rows == 0
 
     def buffered(self) -> int:
-        return self._pending_rows
+        with self._cond:
+            return self._pending_rows
 
-    def poll(self, timeout_s: float) -> int:
-        """One fetch round; returns the rows it added."""
-        if self.end_offsets is not None and self.caught_up():
-            return 0
+    def _ingest_loop(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                with self._cond:
+                    while self._pending_rows >= self.max_buffered_rows and not self._stopping.is_set():
+                        self._cond.wait(0.5)
+                    if self._ended():
+                        return
+                self._poll_once(0.2)
+        except BaseException as exc:  # surfaced to the trainer by fill(); the thread must not die silently
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+        finally:
+            with contextlib.suppress(Exception):
+                self.flush()
+
+    def _poll_once(self, timeout_s: float) -> None:
         records = self.consumer.poll(timeout_ms=int(timeout_s * 1000))
-        added = 0
+        decoded = []
         for tp, fetched in records.items():
             end = None if self.end_offsets is None else self.end_offsets[tp.partition]
             batch = fetched if end is None else [r for r in fetched if r.offset < end]
-            if not batch:
-                continue
-            added += self._decode(tp.partition, batch)
-            self.next_offset[tp.partition] = batch[-1].offset + 1
-            if end is not None and self.next_offset[tp.partition] >= end:
-                self.consumer.pause(tp)
-        return added
+            if batch:
+                decoded.append((tp, batch, self._decode_block(tp.partition, batch)))
+        with self._cond:
+            for tp, batch, (pending, malformed) in decoded:
+                self._pending.extend(pending)
+                added = sum(len(x.batch) for x in pending)
+                self._pending_rows += added
+                self.rows_decoded += added
+                self._malformed_ahead[tp.partition].extend(malformed)
+                self.next_offset[tp.partition] = batch[-1].offset + 1
+            for tp in self.tps:
+                high = self.consumer.highwater(tp)
+                if high is not None:
+                    self._high[tp.partition] = int(high)
+                elif self._high[tp.partition] is None and self._polls >= 1:
+                    self._high[tp.partition] = int(self.consumer.end_offsets([tp])[tp])
+            self._polls += 1
+            self._cond.notify_all()
 
-    def fill(self, rows: int, timeout_s: float = 10.0) -> int:
-        """Poll until ``rows`` are buffered or the stream has nothing more now; returns what is buffered.
+    def fill(self, rows: int, timeout_s: float = 30.0) -> int:
+        """Wait until ``rows`` are buffered or the stream has nothing more now; returns what is buffered.
 
         "Nothing more" is judged by offsets (the high watermark), not by an empty poll, so the same
         topic contents always give the same batches.
         """
         deadline = time.monotonic() + timeout_s
-        while self._pending_rows < rows and time.monotonic() < deadline:
-            if self._position_lag() == 0 or (self.end_offsets is not None and self.caught_up()):
-                break
-            self.poll(min(0.5, max(0.0, deadline - time.monotonic())))
-        return self._pending_rows
+        with self._cond:
+            while self._pending_rows < rows and not self._ended() and self._position_lag() != 0:
+                if self._error is not None:
+                    raise RuntimeError(
+                        f"stream {self.source.name}: ingest failed: {self._error}"
+                    ) from self._error
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 0.5))
+            if self._error is not None:
+                raise RuntimeError(
+                    f"stream {self.source.name}: ingest failed: {self._error}"
+                ) from self._error
+            return self._pending_rows
+
+    def wait(self, timeout_s: float) -> None:
+        """Wait for the next fetch round (a following trainer with nothing to do)."""
+        with self._cond:
+            polls = self._polls
+            self._cond.wait_for(lambda: self._polls != polls or self._error is not None, timeout=timeout_s)
 
     # -- decoding -----------------------------------------------------------------------------------
+
+    def _decode_block(self, partition: int, records: Sequence[Any]) -> tuple[list[_Pending], list[int]]:
+        """Decode one partition's fetched records (on the ingest thread, without the lock)."""
+        self._block_pending: list[_Pending] = []
+        self._block_malformed: list[int] = []
+        self._decode(partition, records)
+        return self._block_pending, self._block_malformed
 
     def _decode(self, partition: int, records: Sequence[Any]) -> int:
         values = [r.value if r.value is not None else b"" for r in records]
@@ -246,9 +315,7 @@ class StreamSource:
         batch = to_tensors(transformed, sparse=self.sparse, dense=self.dense, extra=self.passthrough)
         batch.origin = f"{self.source.topic}/{partition}"
         batch.positions = offsets
-        self._pending.append(_Pending(batch, partition))
-        self._pending_rows += len(batch)
-        self.rows_decoded += len(batch)
+        self._block_pending.append(_Pending(batch, partition))
         if batch.event_time_ms is not None and len(batch):
             self.frontier_ms = max(self.frontier_ms, int(batch.event_time_ms.max()))
         return len(batch)
@@ -282,7 +349,7 @@ class StreamSource:
         return self.transformer(record_batch, "<stream>")
 
     def _dead_letter(self, partition: int, record: Any, reason: str) -> None:
-        self._malformed_ahead[partition].append(record.offset)
+        self._block_malformed.append(record.offset)
         log.warning(
             "stream %s: message %s/%d@%d dead-lettered: %s",
             self.source.name,
@@ -322,7 +389,9 @@ class StreamSource:
         """Event times (ms) of the next ``rows`` buffered rows, for the replay gate and the age check."""
         out: list[np.ndarray[Any, Any]] = []
         need = rows
-        for pending in self._pending:
+        with self._cond:
+            pendings = list(self._pending)
+        for pending in pendings:
             if need <= 0:
                 break
             times = pending.batch.event_times()[:need].numpy()
@@ -333,6 +402,12 @@ class StreamSource:
     def take(self, rows: int) -> list[TensorBatch]:
         """The next ``rows`` buffered rows (fewer if fewer are buffered), marked as trained."""
         out: list[TensorBatch] = []
+        with self._cond:
+            self._take_locked(rows, out)
+            self._cond.notify_all()  # room in the buffer: the ingest thread may read on
+        return out
+
+    def _take_locked(self, rows: int, out: list[TensorBatch]) -> None:
         while rows > 0 and self._pending:
             head = self._pending[0]
             n = len(head.batch)
@@ -347,20 +422,30 @@ class StreamSource:
                 self._pending_rows -= rows
                 rows = 0
         self._settle_malformed()
-        return out
 
     def _settle_malformed(self) -> None:
-        trained = self.trained_offsets()
+        trained = self._trained_locked()
         for partition, ahead in self._malformed_ahead.items():
             while ahead and ahead[0] < trained[partition]:
                 ahead.popleft()
                 self.dead_lettered += 1
 
     def malformed_seen(self) -> int:
-        return self.dead_lettered + sum(len(a) for a in self._malformed_ahead.values())
+        with self._cond:
+            return self.dead_lettered + sum(len(a) for a in self._malformed_ahead.values())
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint stores: first untrained offsets, and the malformed count behind them."""
+        with self._cond:
+            self._settle_malformed()
+            return {"offsets": self._trained_locked(), "dead_lettered": self.dead_lettered}
 
     def trained_offsets(self) -> dict[int, int]:
         """Per partition, the first offset not yet trained on (what a checkpoint stores)."""
+        with self._cond:
+            return self._trained_locked()
+
+    def _trained_locked(self) -> dict[int, int]:
         first_pending: dict[int, int] = {}
         for pending in self._pending:
             if pending.partition not in first_pending and pending.batch.positions is not None:
@@ -371,7 +456,14 @@ class StreamSource:
         """Commit a checkpoint's offsets to the consumer group (for lag monitoring and `committed`)."""
         if self.source.group_id is None:
             return
-        self.consumer.commit(
+        if self._committer is None:  # the fetching consumer belongs to the ingest thread
+            self._committer = KafkaConsumer(
+                bootstrap_servers=self.source.servers(),
+                group_id=self.source.group_id,
+                enable_auto_commit=False,
+                client_id=f"primus-commit-{self.source.name}",
+            )
+        self._committer.commit(
             {TopicPartition(self.source.topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()}
         )
 
@@ -380,8 +472,12 @@ class StreamSource:
             self._producer.flush()
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.flush()
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+        self._thread.join(timeout=30)
         if self._producer is not None:
             self._producer.close()
+        if self._committer is not None:
+            self._committer.close()
         self.consumer.close()

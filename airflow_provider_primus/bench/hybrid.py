@@ -1,0 +1,218 @@
+"""``primus bench hybrid``: batch vs stream vs mixed training on one drifting world, plus the costs of
+mixing and of stream ingestion, in one run.
+
+The world (``primus gen``) has ``history_days`` of Parquet history and ``stream_days`` of JSON events
+in Kafka. The three modes run on identical data with identical evaluation: every stream event is
+scored before any update that trains on it (progressive validation). The benchmark replays the past
+(``freshness.clock: replay``): a stream event becomes available once the history has been trained up
+to its event time, as it would have been had the job been running then. So ``batch`` is the offline
+model as of the end of history, ``stream`` a model trained on the stream alone, and ``mixed`` one
+model updated from the history and then the stream in the same process.
+
+Overheads, measured on the mixed run itself:
+- ``mixing_overhead_ratio``: steps/s of the mixed run (data service + Kafka + mixer feeding the
+  model) over steps/s of the same step tensors fed to the same training step from memory;
+- ``ingest_ratio``: stream ingest rows/s (poll, decode, transform, tensors) over a bare kafka-python
+  consumer reading the same topic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.gen.clicklog import World, produce_stream, write_data_spec, write_history
+from airflow_provider_primus.spec import load_data_spec
+from airflow_provider_primus.spec.data import KafkaSource, PrimusData
+from airflow_provider_primus.spec.training import PrimusTraining, validate_training_spec
+from airflow_provider_primus.training.runtime import Trainer, TrainOptions
+from airflow_provider_primus.training.stream import StreamSource
+
+MODES = ("batch", "stream", "mixed")
+WARMUP_STEPS = 10
+
+
+def bench_training(batch_size: int, seed: int) -> PrimusTraining:
+    return validate_training_spec(
+        {
+            "apiVersion": "primus.dev/v1alpha1",
+            "kind": "PrimusTraining",
+            "metadata": {"name": "bench-hybrid"},
+            "spec": {
+                "batch_size": batch_size,
+                "seed": seed,
+                "device": "auto",
+                "mixing": {
+                    "window_steps": 100,
+                    "freshness": {"clock": "replay", "max_event_age_s": 3600, "max_share": 0.8},
+                },
+                "checkpoint": {"every_steps": 0, "every_s": 0},
+                "publish": {"every_steps": 0, "every_s": 0},
+                "evaluation": {"window_rows": 20_000},
+            },
+        }
+    )
+
+
+@contextlib.contextmanager
+def _broker(bootstrap: str | None, workdir: Path) -> Iterator[str]:
+    if bootstrap:
+        yield bootstrap
+        return
+    from airflow_provider_primus.embedded.kafka.broker import EmbeddedKafka
+    from airflow_provider_primus.embedded.kafka.distribution import ensure_distribution
+
+    kafka = EmbeddedKafka(ensure_distribution(), workdir / "kafka", instance="bench")
+    state = kafka.start()
+    try:
+        yield state.bootstrap_servers
+    finally:
+        kafka.stop()
+
+
+def _run_mode(
+    data: PrimusData, training: PrimusTraining, mode: str, workdir: Path, record: bool
+) -> dict[str, Any]:
+    steps: list[list[tuple[str, TensorBatch]]] = []
+    times: list[float] = []
+
+    def trace(_step: int, parts: list[tuple[str, TensorBatch]]) -> None:
+        times.append(time.perf_counter())
+        if record:
+            steps.append(parts)
+
+    options = TrainOptions(workdir=workdir / mode, mode=mode, trace=trace, resume=False)
+    trainer = Trainer(data, training, options)
+    result = trainer.run()
+    steady = len(times) - 1 - WARMUP_STEPS
+    result["steps_per_s_steady"] = steady / (times[-1] - times[WARMUP_STEPS]) if steady > 0 else None
+    result["_steps"] = steps
+    return result
+
+
+def _from_memory(
+    data: PrimusData, training: PrimusTraining, steps: list[list[tuple[str, TensorBatch]]], workdir: Path
+) -> float:
+    """Steps/s of the same training step on the mixed run's recorded tensors, with no feeds."""
+    trainer = Trainer(data, training, TrainOptions(workdir=workdir / "memory", mode="mixed", resume=False))
+    try:
+        for parts in steps[:WARMUP_STEPS]:
+            trainer._train_step(parts)
+        started = time.perf_counter()
+        for parts in steps[WARMUP_STEPS + 1 :]:
+            trainer._train_step(parts)
+        return (len(steps) - WARMUP_STEPS - 1) / (time.perf_counter() - started)
+    finally:
+        trainer.close()
+
+
+def _ingest(source: KafkaSource) -> dict[str, float]:
+    """Rows/s through our stream source vs a bare kafka-python consumer, same topic, same fetch sizes."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    bare: Any = KafkaConsumer(
+        bootstrap_servers=source.servers(),
+        enable_auto_commit=False,
+        max_poll_records=5000,
+        fetch_max_bytes=64 * 1024 * 1024,
+        max_partition_fetch_bytes=16 * 1024 * 1024,
+    )
+    tps = [TopicPartition(source.topic, p) for p in sorted(bare.partitions_for_topic(source.topic))]
+    bare.assign(tps)
+    bare.seek_to_beginning(*tps)
+    total = sum(bare.end_offsets(tps).values())
+    started = time.perf_counter()
+    seen = 0
+    while seen < total:
+        for records in bare.poll(timeout_ms=1000).values():
+            seen += len(records)
+    bare_s = time.perf_counter() - started
+    bare.close()
+
+    ours = StreamSource(
+        source, start_offsets={tp.partition: 0 for tp in tps}, bounded=True, dead_letters=False
+    )
+    started = time.perf_counter()
+    rows = 0
+    while not ours.exhausted():
+        ours.fill(5000)
+        rows += sum(len(b) for b in ours.take(ours.buffered()))
+    ours_s = time.perf_counter() - started
+    ours.close()
+    return {"bare_rows_s": total / bare_s, "ours_rows_s": rows / ours_s, "messages": total}
+
+
+def run(
+    *,
+    history_days: int = 20,
+    stream_days: int = 3,
+    rows_per_day: int = 20_000,
+    batch_size: int = 512,
+    seed: int = 7,
+    bootstrap_servers: str | None = None,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
+    root = Path(workdir or tempfile.mkdtemp(prefix="primus-bench-hybrid-"))
+    root.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    with _broker(bootstrap_servers, root) as bootstrap:
+        world = World.from_defaults(
+            seed=seed, history_days=history_days, stream_days=stream_days, rows_per_day=rows_per_day
+        )
+        topic = f"bench-clicks-{uuid.uuid4().hex[:8]}"
+        write_history(world, root)
+        messages = produce_stream(world, bootstrap, topic)
+        data = load_data_spec(write_data_spec(world, root, bootstrap_servers=bootstrap, topic=topic))
+        training = bench_training(batch_size, seed)
+        results = {m: _run_mode(data, training, m, root, record=m == "mixed") for m in MODES}
+        memory_steps_s = _from_memory(data, training, results["mixed"].pop("_steps"), root)
+        stream = next(s for s in data.spec.sources if isinstance(s, KafkaSource))
+        ingest = _ingest(stream)
+    for r in results.values():
+        r.pop("_steps", None)
+    mixed_steps_s = results["mixed"]["steps_per_s_steady"]
+
+    def per_mode(key: str, *sub: str, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+        out = {}
+        for m in modes:
+            value: Any = results[m][key]
+            for k in sub:
+                value = value[k]
+            out[m] = value
+        return out
+
+    auc = per_mode("progressive", "auc")
+    return {
+        "history_rows": history_days * rows_per_day,
+        "stream_messages": messages,
+        "batch_size": batch_size,
+        "auc": auc,
+        "logloss": per_mode("progressive", "logloss"),
+        "freshness_p99_s": per_mode("freshness_s", "p99", modes=("stream", "mixed")),
+        "samples_s": per_mode("samples_per_s"),
+        "rows_trained": per_mode("rows_trained"),
+        "mixed_beats_batch": auc["mixed"] is not None
+        and auc["batch"] is not None
+        and auc["mixed"] > auc["batch"],
+        "mixed_beats_stream": auc["mixed"] is not None
+        and auc["stream"] is not None
+        and auc["mixed"] > auc["stream"],
+        "mixed_steps_s": round(mixed_steps_s, 2) if mixed_steps_s else None,
+        "memory_steps_s": round(memory_steps_s, 2),
+        "mixing_overhead_ratio": round(mixed_steps_s / memory_steps_s, 3) if mixed_steps_s else None,
+        "ingest_rows_s": round(ingest["ours_rows_s"]),
+        "bare_consumer_rows_s": round(ingest["bare_rows_s"]),
+        "ingest_ratio": round(ingest["ours_rows_s"] / ingest["bare_rows_s"], 3),
+        "dead_lettered": per_mode("dead_lettered"),
+        "torch_threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+    }

@@ -27,6 +27,33 @@ def tied_to_launcher(command: Sequence[str], sig: int = signal.SIGTERM) -> list[
     return [sys.executable, "-S", "-E", str(_GUARD), str(os.getpid()), str(int(sig)), "--", *command]
 
 
+class StopRequested:
+    """SIGINT/SIGTERM handlers that take no lock, for a main thread that waits for the end.
+
+    The obvious ``signal.signal(SIGTERM, lambda *_: event.set())`` can deadlock: the handler runs on
+    the main thread between bytecodes, possibly while that thread holds the Event's own lock inside
+    ``event.wait()``, and ``set()`` then waits for it for ever. We saw executors hang exactly so.
+    """
+
+    def __init__(self, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) -> None:
+        self.requested = False
+        for sig in signals:
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def wait(self, timeout_s: float) -> bool:
+        """Sleep up to ``timeout_s``; True as soon as a stop was requested."""
+        deadline = time.monotonic() + timeout_s
+        while not self.requested:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, 0.1))
+        return True
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -63,3 +63,28 @@ def test_launching_many_children_next_to_busy_threads_never_hangs() -> None:
         stop.set()
         for t in threads:
             t.join()
+
+
+def test_stop_requested_returns_on_sigterm_without_taking_a_lock() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        from airflow_provider_primus.process import StopRequested
+        stop = StopRequested()
+        print("ready", flush=True)
+        while not stop.wait(0.5):
+            pass
+        print("stopped", flush=True)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.terminate()
+        assert proc.stdout.readline().strip() == "stopped"
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()

@@ -8,9 +8,7 @@ full planning + hybrid training job on generated data.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from airflow_provider_primus.embedded.airflow_local import AirflowLocal
 from airflow_provider_primus.embedded.kafka import broker
 from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION, ensure_distribution
 from airflow_provider_primus.paths import primus_home
+from airflow_provider_primus.process import StopRequested
 
 
 def register(sub: Any) -> None:
@@ -44,9 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if not dags.is_dir():
         print(f"error: dags folder {dags} does not exist (run from the repository root)", file=sys.stderr)
         return 1
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = StopRequested()
     kafka = broker.EmbeddedKafka(ensure_distribution(args.kafka_version), home / "kafka", instance="demo")
     state = kafka.start()
     print(f"kafka      | broker ready at {state.bootstrap_servers} ({state.startup_seconds}s)", flush=True)
@@ -64,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         if not args.check:
-            while not stop.wait(timeout=1.0):
+            while not stop.wait(1.0):
                 if dead := airflow.exited():
                     print(
                         f"error: Airflow component(s) exited: {dead}; see {airflow.log_dir}", file=sys.stderr

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from airflow_provider_primus.embedded.kafka.distribution import (
     ensure_distribution,
 )
 from airflow_provider_primus.paths import primus_home
+from airflow_provider_primus.process import StopRequested
 
 NOT_RUNNING = 3
 
@@ -99,10 +98,8 @@ def run_up(args: argparse.Namespace) -> int:
     print(state.to_json(), flush=True)
     if not args.foreground:
         return 0
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(timeout=1.0):
+    stop = StopRequested()
+    while not stop.wait(1.0):
         if kafka.process is not None and kafka.process.poll() is not None:
             print(f"error: broker exited:\n{kafka.log_tail()}", file=sys.stderr)
             return 1

@@ -91,6 +91,7 @@ class _Metrics:
     window_rows: dict[str, int] = field(default_factory=dict)
     window_guard: int = 0
     elapsed_s: float = 0.0
+    replay_now_ms: int = 0
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -261,14 +262,11 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------------
 
     def _clock_ms(self) -> int:
+        """Now, for freshness and the guard's age check: the wall clock, or in a replay the newest event
+        time trained so far (the replayed world's "now" as far as the model knows it)."""
         if self.training.spec.mixing.freshness.clock == "wall":
             return int(time.time() * 1000)
-        history = [f for f in self.feeds.values() if isinstance(f, FileFeed)]
-        now = max((f.watermark_ms for f in history), default=0)
-        stream = self._stream_feed()
-        if stream is not None:
-            now = max(now, stream.source.frontier_ms if stream.gate_ms is None else now)
-        return now
+        return self.metrics.replay_now_ms
 
     def _stream_feed(self) -> StreamFeed | None:
         if self.stream_src is None:
@@ -333,6 +331,9 @@ class Trainer:
             ]
             scale = sum(m * r for m, r in multipliers) / trained
             self.optim.step(lr_scale=scale)
+        for _, b in parts:
+            if b.event_time_ms is not None and len(b):
+                self.metrics.replay_now_ms = max(self.metrics.replay_now_ms, int(b.event_time_ms.max()))
         now_ms = self._clock_ms()
         for n, b in parts:
             if self._trains_on(n):

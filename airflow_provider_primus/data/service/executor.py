@@ -19,7 +19,6 @@ import collections
 import json
 import os
 import queue
-import signal
 import sys
 import threading
 import time
@@ -36,6 +35,7 @@ from airflow_provider_primus.data.service.dispatcher_server import DispatcherCli
 from airflow_provider_primus.data.service.wire import dumps, loads
 from airflow_provider_primus.data.sources.files import open_filesystem
 from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMismatchError
+from airflow_provider_primus.process import StopRequested
 
 BATCH, END, EOF = "batch", "end", "eof"
 
@@ -365,12 +365,11 @@ def serve(args: Any, spec: Any, token: str) -> int:
         heartbeat_s=args.heartbeat_s,
     )
     # The Flight server already accepts calls; this thread only waits for the end of the job.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: executor.stopping.set())
+    stop = StopRequested()
     executor.start()
     print(json.dumps({"executor": executor.name, "location": executor.location}), flush=True)
-    while not executor.stopping.wait(0.5):
-        if executor.eof_served.is_set():
+    while not stop.wait(0.5):
+        if executor.eof_served.is_set() or executor.stopping.is_set():
             break
     # The owner is gone or asked us to stop; nothing here is durable, so a shutdown that hangs (a
     # Flight call stuck in the transport) must not keep the process alive.

@@ -143,6 +143,9 @@ class TrainingSpec(StrictModel):
     seed: NonNegativeInt = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     data_executors: PositiveInt = 1
+    # torch intra-op threads; default: the cores left after one per local data executor (at least 1),
+    # so the trainer does not fight its own data plane for CPU.
+    threads: PositiveInt | None = None
     model: Model = Field(default_factory=Model)
     optimizer: Optimizer = Field(default_factory=Optimizer)
     mixing: Mixing = Field(default_factory=Mixing)

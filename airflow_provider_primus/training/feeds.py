@@ -24,7 +24,7 @@ from airflow_provider_primus.data.service.loader import PrimusDataLoader
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.training.stream import StreamSource
 
-__all__ = ["FileFeed", "StreamFeed", "take_rows"]
+__all__ = ["FileFeed", "MemoryFeed", "StreamFeed", "take_rows"]
 
 
 def take_rows(buffer: collections.deque[TensorBatch], rows: int) -> list[TensorBatch]:
@@ -80,7 +80,13 @@ class FileFeed:
             self.close()
             raise
         self.loader = PrimusDataLoader(
-            self.server.location, token, sparse=sparse, dense=dense, extra=passthrough, progress=progress
+            self.server.location,
+            token,
+            sparse=sparse,
+            dense=dense,
+            extra=passthrough,
+            progress=progress,
+            credits=8,
         )
         self._it: Iterator[TensorBatch] = iter(self.loader)
         self._buffer: collections.deque[TensorBatch] = collections.deque(state["buffered"] if state else ())
@@ -171,3 +177,30 @@ class StreamFeed:
 
     def close(self) -> None:
         self.source.close()
+
+
+class MemoryFeed:
+    """Batches already in memory, as a feed: isolates the mixer's own cost in benchmarks."""
+
+    def __init__(self, name: str, batches: Sequence[TensorBatch], *, stream: bool = False) -> None:
+        self.name = name
+        self.stream = stream
+        self._buffer: collections.deque[TensorBatch] = collections.deque(batches)
+        self._rows = sum(len(b) for b in batches)
+
+    def available(self, want: int) -> int:
+        return self._rows
+
+    def take(self, rows: int) -> list[TensorBatch]:
+        out = take_rows(self._buffer, rows)
+        self._rows -= sum(len(b) for b in out)
+        return out
+
+    def exhausted(self) -> bool:
+        return self._rows == 0
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        self._buffer.clear()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import sys
 import tempfile
 import time
@@ -79,6 +80,7 @@ class TrainOptions:
     progress_every_s: float = 2.0
     resume: bool = True
     until: Callable[[Trainer], bool] | None = None  # checked before each step: stop when true
+    feeds: Mapping[str, Feed] | None = None  # ready-made feeds instead of the sources (benchmarks)
 
 
 @dataclass
@@ -123,6 +125,7 @@ class Trainer:
         self.sparse_cols, self.dense_cols = feature_columns(data)
         sizes = table_sizes(training, data)
         torch.manual_seed(spec.seed)
+        torch.set_num_threads(spec.threads or max(1, (os.cpu_count() or 1) - spec.data_executors))
         # Sparse Adagrad builds COO gradients torch cannot cheaply validate; we opt out explicitly
         # (the default) rather than let every step warn about it.
         torch.sparse.check_sparse_tensor_invariants.disable()  # type: ignore[no-untyped-call]
@@ -206,7 +209,7 @@ class Trainer:
                     dense=self.dense_cols,
                     passthrough=self.options.passthrough,
                     executors=spec.data_executors,
-                    batch_rows=max(1024, spec.batch_size * 4),
+                    batch_rows=max(8192, spec.batch_size * 4),
                     state=states.get(source.name),
                 )
         if self.stream_src is not None and self.stream_src.name in names:
@@ -377,7 +380,10 @@ class Trainer:
         started = time.monotonic()
         elapsed_before = self.metrics.elapsed_s
         try:
-            self._open_feeds(states)
+            if self.options.feeds is not None:
+                self.feeds.update(self.options.feeds)
+            else:
+                self._open_feeds(states)
             policy = self._policy()
             if getattr(self, "_mixer_state", None):
                 policy.load_state_dict(self._mixer_state)

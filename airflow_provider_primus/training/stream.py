@@ -90,6 +90,8 @@ class StreamSource:
             bootstrap_servers=source.servers(),
             group_id=source.group_id,
             enable_auto_commit=False,
+            # Never jump silently: an offset that no longer exists (retention deleted it) is an error.
+            auto_offset_reset="none",
             max_poll_records=max_poll_records,
             fetch_max_bytes=64 * 1024 * 1024,
             max_partition_fetch_bytes=16 * 1024 * 1024,

@@ -35,7 +35,56 @@ def register(sub: Any) -> None:
         "--passthrough", nargs="*", default=[], help="columns carried to --trace (e.g. an id)"
     )
     parser.add_argument("--json", action="store_true", help="print the final metrics as one JSON line last")
+    parser.add_argument(
+        "--trainers",
+        type=int,
+        help="data-parallel trainer processes (overrides the training spec); rank 0 prints the result",
+    )
+    # Set by the launcher for each trainer process it starts.
+    parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--dist-init", help=argparse.SUPPRESS)
     parser.set_defaults(handler=run)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def launch(args: argparse.Namespace, world: int) -> int:
+    """Start ``world`` trainer processes of this same command and wait for all of them; a failed
+    trainer fails the job (the others then stop at their next collective, or are stopped)."""
+    import subprocess
+
+    from airflow_provider_primus.process import stop_process_group, tied_to_launcher
+
+    init = f"tcp://127.0.0.1:{_free_port()}"
+    procs = []
+    for rank in range(world):
+        command = [sys.executable, "-m", "airflow_provider_primus.cli.main", *args.argv]
+        command += ["--trainers", str(world), "--rank", str(rank), "--dist-init", init]
+        procs.append(
+            subprocess.Popen(
+                tied_to_launcher(command),
+                stdout=None if rank == 0 else subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+    codes: list[int] = []
+    try:
+        for p in procs:
+            codes.append(p.wait())
+            if codes[-1] != 0:
+                break
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                stop_process_group(p.pid, child=p, grace_s=5)
+    return next((c for c in codes if c != 0), 0)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,6 +104,15 @@ def run(args: argparse.Namespace) -> int:
         training = (
             load_training_spec(args.training) if args.training else default_training(data.metadata.name)
         )
+        world = args.trainers or training.spec.trainers
+        if world > 1 and args.rank is None:
+            return launch(args, world)
+        trace_path = args.trace
+        if world > 1 and trace_path is not None:  # one trace per trainer; "-" is rank 0's stdout
+            if str(trace_path) == "-":
+                trace_path = None if args.rank else trace_path
+            else:
+                trace_path = trace_path.with_name(f"{trace_path.name}.rank{args.rank}")
         options = TrainOptions(
             workdir=args.workdir or default_workdir(),
             mode=args.mode,
@@ -63,9 +121,12 @@ def run(args: argparse.Namespace) -> int:
             max_steps=args.max_steps,
             passthrough=tuple(args.passthrough),
             resume=not args.fresh,
-            progress=print_progress,
+            progress=None if args.rank else print_progress,
+            rank=args.rank or 0,
+            world_size=world,
+            dist_init=args.dist_init,
         )
-        trace = TraceWriter(args.trace, args.passthrough) if args.trace else None
+        trace = TraceWriter(trace_path, args.passthrough) if trace_path else None
         options.trace = trace
         trainer = Trainer(data, training, options)
     except SpecError as exc:
@@ -80,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if trace is not None:
             trace.close()
+    if args.rank:
+        return 0  # rank 0 reports for the job
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:

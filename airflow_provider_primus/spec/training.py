@@ -143,6 +143,9 @@ class TrainingSpec(StrictModel):
     seed: NonNegativeInt = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     data_executors: PositiveInt = 1
+    # Data-parallel trainer processes (torch.distributed, gloo on CPU); each hosts its own data
+    # service over a disjoint share of the files and reads partitions p with p % trainers == rank.
+    trainers: PositiveInt = 1
     # torch intra-op threads; default: the cores left after one per local data executor (at least 1),
     # so the trainer does not fight its own data plane for CPU.
     threads: PositiveInt | None = None

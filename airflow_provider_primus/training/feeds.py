@@ -62,14 +62,15 @@ class FileFeed:
     ) -> None:
         self.name = name
         progress = dict(state["progress"]) if state else None
-        self.server = DispatcherServer(Dispatcher(tasks, edges, progress=progress), token).start()
+        server = DispatcherServer(Dispatcher(tasks, edges, progress=progress), token).start()
+        self.server: DispatcherServer | None = server
         self.executors: list[ExecutorProcess] = []
         try:
             for i in range(executors):
                 self.executors.append(
                     launch_executor(
                         f"{name}-{i}",
-                        self.server.location,
+                        server.location,
                         spec_path,
                         token,
                         batch_rows=batch_rows,
@@ -79,8 +80,24 @@ class FileFeed:
         except Exception:
             self.close()
             raise
+        self._connect(
+            server.location, token=token, sparse=sparse, dense=dense, passthrough=passthrough, state=state
+        )
+
+    def _connect(
+        self,
+        location: str,
+        *,
+        token: str,
+        sparse: Sequence[str],
+        dense: Sequence[str],
+        passthrough: Sequence[str],
+        state: Mapping[str, Any] | None,
+    ) -> None:
+        progress = dict(state["progress"]) if state else None
+        self.location = location
         self.loader = PrimusDataLoader(
-            self.server.location,
+            location,
             token,
             sparse=sparse,
             dense=dense,
@@ -130,7 +147,8 @@ class FileFeed:
             close = getattr(self._it, "close", None)
             if close is not None:
                 close()
-        self.server.stop()
+        if self.server is not None:
+            self.server.stop()
         for e in self.executors:
             e.stop()
 

@@ -14,6 +14,7 @@ continues from the newest checkpoint with no row lost and none trained twice.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 import yaml
 
+from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import plan
 from airflow_provider_primus.data.service.auth import new_token
 from airflow_provider_primus.data.tensors import TensorBatch
@@ -43,6 +45,7 @@ from airflow_provider_primus.spec.training import (
     table_sizes,
 )
 from airflow_provider_primus.training.checkpoint import CheckpointStore
+from airflow_provider_primus.training.distributed import Group
 from airflow_provider_primus.training.feeds import FileFeed, StreamFeed
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
 from airflow_provider_primus.training.mixer import MixPolicy, SourcePolicy
@@ -81,6 +84,9 @@ class TrainOptions:
     resume: bool = True
     until: Callable[[Trainer], bool] | None = None  # checked before each step: stop when true
     feeds: Mapping[str, Feed] | None = None  # ready-made feeds instead of the sources (benchmarks)
+    rank: int = 0  # data parallelism: this trainer's rank among world_size (see distributed.py)
+    world_size: int = 1
+    dist_init: str | None = None  # tcp://127.0.0.1:PORT, the rendezvous when world_size > 1
 
 
 @dataclass
@@ -125,7 +131,9 @@ class Trainer:
         self.sparse_cols, self.dense_cols = feature_columns(data)
         sizes = table_sizes(training, data)
         torch.manual_seed(spec.seed)
-        torch.set_num_threads(spec.threads or max(1, (os.cpu_count() or 1) - spec.data_executors))
+        cores = max(1, (os.cpu_count() or 1) - spec.data_executors)
+        torch.set_num_threads(spec.threads or max(1, cores // options.world_size))
+        self.group = Group(options.rank, options.world_size, options.dist_init)
         # Sparse Adagrad builds COO gradients torch cannot cheaply validate; we opt out explicitly
         # (the default) rather than let every step warn about it.
         torch.sparse.check_sparse_tensor_invariants.disable()  # type: ignore[no-untyped-call]
@@ -186,7 +194,9 @@ class Trainer:
         spec = self.training.spec
         names = self._participants()
         files = [s for s in self.data.spec.sources if isinstance(s, FileSource) and s.name in names]
-        token = new_token()
+        # With several trainers each hosts its own data service over a disjoint share of the tasks:
+        # no trainer ever waits on another's acknowledgements (an ordered graph's barriers would
+        # otherwise tie them together), and each keeps its own exact progress.
         if files:
             window = self.data.spec.window
             if window is None:
@@ -195,8 +205,10 @@ class Trainer:
             if graph.missing:
                 log.warning("missing partitions: %s", [m.path for m in graph.missing])
             spec_path = self._spec_path()
+            token = new_token()
             for source in files:
-                tasks = [t for t in graph.tasks if t.source == source.name]
+                source_tasks = [t for t in graph.tasks if t.source == source.name]
+                tasks = _share(source_tasks, self.group.rank, self.group.world)
                 groups = {t.group for t in tasks}
                 edges = [e for e in graph.edges if e[0] in groups and e[1] in groups]
                 self.feeds[source.name] = FileFeed(
@@ -214,15 +226,32 @@ class Trainer:
                 )
         if self.stream_src is not None and self.stream_src.name in names:
             state = states.get(self.stream_src.name)
+            mine = None
+            if self.group.world > 1:  # partition p belongs to trainer p mod world
+                count = len(self.stream_src_partitions())
+                mine = [p for p in range(count) if p % self.group.world == self.group.rank]
+                if not mine:
+                    return  # more trainers than partitions: this one trains on files only
             src = StreamSource(
                 self.stream_src,
                 passthrough=self.options.passthrough,
                 start_offsets={int(p): int(o) for p, o in state["offsets"].items()} if state else None,
                 bounded=not self.options.follow,
+                partitions=mine,
             )
             if state:
                 src.dead_lettered = int(state["dead_lettered"])
             self.feeds[self.stream_src.name] = StreamFeed(self.stream_src.name, src)
+
+    def stream_src_partitions(self) -> list[int]:
+        from kafka import KafkaConsumer
+
+        assert self.stream_src is not None
+        consumer: Any = KafkaConsumer(bootstrap_servers=self.stream_src.servers(), client_id="primus-meta")
+        try:
+            return sorted(consumer.partitions_for_topic(self.stream_src.topic) or [])
+        finally:
+            consumer.close()
 
     def _policy(self) -> MixPolicy:
         spec = self.training.spec
@@ -252,15 +281,22 @@ class Trainer:
         if found is None:
             return {}
         step, state = found
+        ranks = state["ranks"]
+        if len(ranks) != self.group.world:
+            raise RuntimeError(
+                f"the checkpoint at step {step} was written by {len(ranks)} trainer(s); resume it with "
+                f"as many (this job has {self.group.world})"
+            )
+        mine = ranks[self.group.rank]
         self.step = step
         self.model.load_state_dict(state["model"])
         self.optim.load_state_dict(state["optim"])
-        self.scores.load_state_dict(state["scores"])
-        self.freshness.load_state_dict(state["freshness"])
-        self.metrics.load_state_dict(state["metrics"])
-        self._mixer_state = state["mixer"]
+        self.scores.load_state_dict(mine["scores"])
+        self.freshness.load_state_dict(mine["freshness"])
+        self.metrics.load_state_dict(mine["metrics"])
+        self._mixer_state = mine["mixer"]
         log.info("resumed from checkpoint at step %d", step)
-        return dict(state["feeds"])
+        return dict(mine["feeds"])
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -297,43 +333,66 @@ class Trainer:
         )
         return lagging, lag, age
 
-    def _train_step(self, parts: list[tuple[str, TensorBatch]]) -> None:
-        spec = self.training.spec
-        sparse, dense, labels = _concat(parts, self.device)
-        weights = torch.cat(
-            [
-                torch.full(
-                    (len(b),),
-                    (spec.mixing.sources[n].loss_weight if n in spec.mixing.sources else 1.0)
-                    if self._trains_on(n)
-                    else 0.0,
-                )
-                for n, b in parts
-            ]
-        ).to(self.device)
-        trained = sum(len(b) for n, b in parts if self._trains_on(n))
+    def _loss_weight(self, name: str) -> float:
+        control = self.training.spec.mixing.sources.get(name)
+        return control.loss_weight if control else 1.0
+
+    def _lr_multiplier(self, name: str) -> float:
+        control = self.training.spec.mixing.sources.get(name)
+        return control.lr_multiplier if control else 1.0
+
+    def _train_step(
+        self,
+        parts: list[tuple[str, TensorBatch]],
+        *,
+        global_trained: float | None = None,
+        lr_weighted: float | None = None,
+        loss_weighted: float | None = None,
+    ) -> None:
+        """Score, then update. The loss is the weighted mean over the *global* step (all trainers);
+        the learning rate scales by the row-weighted mean of the sources' multipliers."""
+        trained_rows = [(n, b) for n, b in parts if self._trains_on(n)]
+        local = sum(len(b) for _, b in trained_rows)
+        total = local if global_trained is None else global_trained
+        lr_sum = (
+            sum(self._lr_multiplier(n) * len(b) for n, b in trained_rows)
+            if lr_weighted is None
+            else lr_weighted
+        )
+        weight_sum = (
+            sum(self._loss_weight(n) * len(b) for n, b in trained_rows)
+            if loss_weighted is None
+            else loss_weighted
+        )
+        logits = None
         self.model.train()
-        logits = self.model(sparse, dense)
         stream_name = self.stream_src.name if self.stream_src is not None else None
-        offset = 0
-        probs = torch.sigmoid(logits.detach()).float().cpu().numpy()
-        for n, b in parts:
-            if n == stream_name:  # progressive validation: scored before the update below
-                self.scores.append(b.labels.numpy(), probs[offset : offset + len(b)])
-                self.metrics.rows_scored += len(b)
-            offset += len(b)
-        if trained and float(weights.sum()) > 0:
-            losses = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
-            loss = (losses * weights).sum() / trained
+        if parts:
+            sparse, dense, labels = _concat(parts, self.device)
+            logits = self.model(sparse, dense)
+            offset = 0
+            probs = torch.sigmoid(logits.detach()).float().cpu().numpy()
+            for n, b in parts:
+                if n == stream_name:  # progressive validation: scored before the update below
+                    self.scores.append(b.labels.numpy(), probs[offset : offset + len(b)])
+                    self.metrics.rows_scored += len(b)
+                offset += len(b)
+        if total > 0 and weight_sum > 0:
             self.optim.zero_grad()
-            loss.backward()  # type: ignore[no-untyped-call]
-            multipliers = [
-                (spec.mixing.sources[n].lr_multiplier if n in spec.mixing.sources else 1.0, len(b))
-                for n, b in parts
-                if self._trains_on(n)
-            ]
-            scale = sum(m * r for m, r in multipliers) / trained
-            self.optim.step(lr_scale=scale)
+            if logits is not None and local:
+                weights = torch.cat(
+                    [
+                        torch.full((len(b),), self._loss_weight(n) if self._trains_on(n) else 0.0)
+                        for n, b in parts
+                    ]
+                ).to(self.device)
+                losses = torch.nn.functional.binary_cross_entropy_with_logits(
+                    logits, labels, reduction="none"
+                )
+                loss = (losses * weights).sum() / total
+                loss.backward()  # type: ignore[no-untyped-call]
+            self.group.sum_gradients(self.model)
+            self.optim.step(lr_scale=lr_sum / total)
         for _, b in parts:
             if b.event_time_ms is not None and len(b):
                 self.metrics.replay_now_ms = max(self.metrics.replay_now_ms, int(b.event_time_ms.max()))
@@ -347,21 +406,25 @@ class Trainer:
 
     def _checkpoint(self, policy: MixPolicy) -> None:
         feeds = {name: feed.state() for name, feed in self.feeds.items()}
-        state = {
-            "model": self.model.state_dict(),
-            "optim": self.optim.state_dict(),
+        mine = {
             "mixer": policy.state_dict(),
             "scores": self.scores.state_dict(),
             "freshness": self.freshness.state_dict(),
             "metrics": self.metrics.state_dict(),
             "feeds": feeds,
         }
-        self.checkpoints.save(self.step, state)
+        ranks = self.group.gather(mine)
+        if self.group.leader:  # every replica holds the same model: one copy is written
+            state = {"model": self.model.state_dict(), "optim": self.optim.state_dict(), "ranks": ranks}
+            self.checkpoints.save(self.step, state)
+        self.group.barrier()  # durable before any trainer commits its offsets
         stream = self._stream_feed()
         if stream is not None:
             stream.source.commit(feeds[stream.name]["offsets"])
 
     def _publish(self) -> None:
+        if not self.group.leader:
+            return
         self.publisher.publish(
             self.model.state_dict(),
             {"step": self.step, "watermark": _iso(self._watermark_ms()), "metrics": self.summary()},
@@ -394,38 +457,63 @@ class Trainer:
                 self._update_gate()
                 guard, lag, age = self._guard()
                 active = [n for n, f in self.feeds.items() if not f.exhausted()]
-                if not active:
+                parts: list[tuple[str, TensorBatch]] = []
+                step_plan = None
+                if active:
+                    # Every feed is asked for a whole step's rows, whatever its share: what a feed can
+                    # offer then depends only on the data, not on how batches were cut or polled.
+                    available = {
+                        n: min(spec.batch_size, self.feeds[n].available(spec.batch_size)) for n in active
+                    }
+                    step_plan = policy.plan(available, active, guard=guard)
+                    parts = [(n, b) for n, r in step_plan.rows.items() for b in self.feeds[n].take(r)]
+                now = time.monotonic()
+                ck, pub = spec.checkpoint, spec.publish
+                next_step = self.step + 1
+                ckpt_due = (ck.every_steps and next_step % ck.every_steps == 0) or (
+                    ck.every_s and now - last_ckpt >= ck.every_s
+                )
+                pub_due = (pub.every_steps and next_step % pub.every_steps == 0) or (
+                    pub.every_s and now - last_pub >= pub.every_s
+                )
+                trained = [
+                    (self._lr_multiplier(n), self._loss_weight(n), len(b))
+                    for n, b in parts
+                    if self._trains_on(n)
+                ]
+                # One agreement per step between trainers (the identity with one): who is still
+                # active, rows, the loss and learning-rate weights, and rank 0's timers.
+                ctl = self.group.sum(
+                    [
+                        float(bool(active)),
+                        float(sum(len(b) for _, b in parts)),
+                        float(sum(r for _, _, r in trained)),
+                        float(sum(m * r for m, _, r in trained)),
+                        float(sum(w * r for _, w, r in trained)),
+                        float(bool(ckpt_due) and self.group.leader),
+                        float(bool(pub_due) and self.group.leader),
+                    ]
+                )
+                if ctl[0] == 0:
                     break
-                # Every feed is asked for a whole step's rows, whatever its share: how much a feed can
-                # offer then depends only on the data, not on how batches happened to be cut or polled.
-                available = {
-                    n: min(spec.batch_size, self.feeds[n].available(spec.batch_size)) for n in active
-                }
-                step_plan = policy.plan(available, active, guard=guard)
-                if not step_plan.rows:
+                if ctl[1] == 0:
                     stream = self._stream_feed()
-                    if stream is None or not self.options.follow:
+                    if not self.options.follow:
                         raise RuntimeError(f"no source can supply rows (active: {active})")
-                    stream.source.wait(0.5)  # an idle stream while following: wait for events
+                    if stream is not None:
+                        stream.source.wait(0.5)  # an idle stream while following: wait for events
                     continue
-                parts = [(n, b) for n, r in step_plan.rows.items() for b in self.feeds[n].take(r)]
-                self._train_step(parts)
+                self._train_step(parts, global_trained=ctl[2], lr_weighted=ctl[3], loss_weighted=ctl[4])
                 self.step += 1
-                self._account(step_plan.rows, step_plan.deferred, guard, lag, age)
+                if step_plan is not None:
+                    self._account(step_plan.rows, step_plan.deferred, guard, lag, age)
                 if self.options.trace is not None:
                     self.options.trace(self.step, parts)
-                now = time.monotonic()
                 self.metrics.elapsed_s = elapsed_before + (now - started)
-                ck = spec.checkpoint
-                if (ck.every_steps and self.step % ck.every_steps == 0) or (
-                    ck.every_s and now - last_ckpt >= ck.every_s
-                ):
+                if ctl[5]:
                     self._checkpoint(policy)
                     last_ckpt = now
-                pub = spec.publish
-                if (pub.every_steps and self.step % pub.every_steps == 0) or (
-                    pub.every_s and now - last_pub >= pub.every_s
-                ):
+                if ctl[6]:
                     self._publish()
                     last_pub = now
                 if self.options.progress is not None and now - last_progress >= self.options.progress_every_s:
@@ -434,7 +522,7 @@ class Trainer:
             self.metrics.elapsed_s = elapsed_before + (time.monotonic() - started)
             self._checkpoint(policy)
             self._publish()
-            result = self.summary()
+            result = self._merged_summary()
             if spec.evaluation.holdout is not None:
                 result["holdout"] = self._evaluate_holdout()
             return result
@@ -528,6 +616,54 @@ class Trainer:
             out["windows"] = m.windows[-20:]
         return out
 
+    def _merged_summary(self) -> dict[str, Any]:
+        """The job's metrics: this trainer's, or with several the sum and union of all of theirs."""
+        if self.group.world == 1:
+            return self.summary()
+        m = self.metrics
+        mine = {
+            "rows_trained": m.rows_trained,
+            "rows_scored": m.rows_scored,
+            "deferred": m.deferred,
+            "guard_steps": m.guard_steps,
+            "scores": self.scores.state_dict(),
+            "freshness": self.freshness.state_dict()["sample"],
+            "dead_lettered": self._dead_lettered(),
+            "model_sha256": _digest(self.model),
+        }
+        everyone = self.group.gather(mine)
+        out = self.summary()
+        scores, fresh = ScoreLog(), Percentiles(seed=self.training.spec.seed)
+        rows: dict[str, int] = {}
+        deferred: dict[str, int] = {}
+        for r in everyone:
+            scores.append(r["scores"]["labels"], r["scores"]["probs"])
+            fresh.add(np.asarray(r["freshness"], dtype=np.float64))
+            for n, v in r["rows_trained"].items():
+                rows[n] = rows.get(n, 0) + v
+            for n, v in r["deferred"].items():
+                deferred[n] = deferred.get(n, 0) + v
+        window = self.training.spec.evaluation.window_rows
+        out.update(
+            trainers=self.group.world,
+            # Every replica applied the same summed gradients: a difference here is a bug, not noise.
+            replicas_identical=len({r["model_sha256"] for r in everyone}) == 1,
+            rows_trained=rows,
+            rows_scored=sum(r["rows_scored"] for r in everyone),
+            deferred=deferred,
+            guard_steps=max(r["guard_steps"] for r in everyone),
+            dead_lettered=sum(r["dead_lettered"] for r in everyone),
+            progressive={
+                "auc": _round(scores.auc()),
+                "logloss": _round(scores.logloss()),
+                "window_auc": _round(scores.window_auc(window)),
+                "window_logloss": _round(scores.window_logloss(window)),
+            },
+            freshness_s={"p50": _round(fresh.quantile(0.5)), "p99": _round(fresh.quantile(0.99))},
+            samples_per_s=round(sum(rows.values()) / m.elapsed_s, 1) if m.elapsed_s else None,
+        )
+        return out
+
     def _dead_lettered(self) -> int:
         stream = self._stream_feed()
         return stream.source.malformed_seen() if stream is not None else 0
@@ -541,6 +677,26 @@ class Trainer:
                 feed.close()
             except Exception:  # close everything even if one fails
                 log.exception("closing feed %s", feed.name)
+        self.group.close()
+
+
+def _digest(model: torch.nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _share(tasks: list[Task], rank: int, world: int) -> list[Task]:
+    """This trainer's tasks: within each time group, every world-th task in a fixed order, so each
+    trainer gets a slice of every hour or day rather than whole days."""
+    if world == 1:
+        return tasks
+    by_group: dict[str, list[Task]] = {}
+    for t in sorted(tasks, key=lambda t: (t.group, t.task_id)):
+        by_group.setdefault(t.group, []).append(t)
+    return [t for group in by_group.values() for i, t in enumerate(group) if i % world == rank]
 
 
 def _round(x: float) -> float | None:

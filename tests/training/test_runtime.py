@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kafka import KafkaConsumer
 
 from airflow_provider_primus.data.tensors import TensorBatch
@@ -200,3 +201,35 @@ def test_malformed_events_are_dead_lettered_and_training_goes_on(world: World, t
     assert "not valid JSON" in reasons[0] and "expected a JSON object" in reasons[1]
     assert "user_id" in reasons[2] and "schema" in reasons[3]
     assert {dict(m.headers)["primus.topic"].decode() for m in letters} == {world.topic}
+
+
+def test_two_trainers_train_every_row_once_and_stay_identical(
+    world: World, tmp_path: Path, new_topic: Any
+) -> None:
+    topic = new_topic("clicks2", partitions=2)  # one partition per trainer
+    doc = yaml.safe_load(world.spec_path.read_text())
+    doc["spec"]["sources"][1]["topic"] = topic
+    world.spec_path.write_text(yaml.safe_dump(doc))
+    world.topic = topic
+    produced = world.produce_events(4000, seed=21)
+    trace = tmp_path / "trace"
+    command = [PRIMUS, "train", str(world.spec_path), "--workdir", str(tmp_path / "w"), "--trainers", "2"]
+    command += ["--trace", str(trace), "--passthrough", "row_id", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["trainers"] == 2
+    assert result["replicas_identical"]  # every replica applied the same summed gradients
+    assert result["rows_trained"] == {"history": world.history_rows, "events": len(produced)}
+    seen: Counter[int] = Counter()
+    per_rank = []
+    for rank in (0, 1):
+        rows = [
+            row
+            for line in (tmp_path / f"trace.rank{rank}").read_text().splitlines()
+            for row in json.loads(line)["rows"]
+        ]
+        per_rank.append(len(rows))
+        seen.update(int(row[3]) for row in rows)
+    assert seen == Counter(range(world.history_rows)) + Counter(produced)  # each row once, on one trainer
+    assert min(per_rank) > 0.3 * sum(per_rank)  # and the work was shared

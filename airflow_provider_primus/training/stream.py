@@ -25,6 +25,7 @@ import collections
 import contextlib
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -85,6 +86,8 @@ class StreamSource:
         self.sparse, self.dense = list(source.schema_.sparse), list(source.schema_.dense)
         self.passthrough = tuple(passthrough)
         event_time = source.schema_.event_time
+        self._input_columns = set(self.transformer.input_columns())
+        self._json_schema: pa.Schema | None = None
         self._required = [*source.schema_.sparse, *([event_time] if event_time else [])]
         self.consumer: Any = KafkaConsumer(
             bootstrap_servers=source.servers(),
@@ -144,10 +147,14 @@ class StreamSource:
         self._stopping = threading.Event()
         self._error: BaseException | None = None
         self._polls = 0
-        self._thread = threading.Thread(
-            target=self._ingest_loop, name=f"primus-ingest-{source.name}", daemon=True
-        )
-        self._thread.start()
+        self._inflight_rows = 0  # fetched, not yet decoded
+        self._raw: queue.Queue[tuple[int, list[Any]] | None] = queue.Queue(maxsize=4)
+        self._threads = [
+            threading.Thread(target=self._ingest_loop, name=f"primus-fetch-{source.name}", daemon=True),
+            threading.Thread(target=self._decode_loop, name=f"primus-decode-{source.name}", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -191,38 +198,48 @@ class StreamSource:
             return self._pending_rows
 
     def _ingest_loop(self) -> None:
+        """Fetch: kafka-python parses records in Python, holding the GIL; decoding happens on the
+        decoder thread meanwhile (pyarrow releases the GIL), so the two overlap."""
+        polled = dict(self.next_offset)
         try:
             while not self._stopping.is_set():
                 with self._cond:
-                    while self._pending_rows >= self.max_buffered_rows and not self._stopping.is_set():
+                    while (
+                        self._pending_rows + self._inflight_rows >= self.max_buffered_rows
+                        and not self._stopping.is_set()
+                    ):
                         self._cond.wait(0.5)
-                    if self._ended():
-                        return
-                self._poll_once(0.2)
+                if self.end_offsets is not None and all(polled[p] >= e for p, e in self.end_offsets.items()):
+                    break
+                records = self.consumer.poll(timeout_ms=200)
+                for tp, fetched in records.items():
+                    end = None if self.end_offsets is None else self.end_offsets[tp.partition]
+                    batch = fetched if end is None else [r for r in fetched if r.offset < end]
+                    if not batch:
+                        continue
+                    polled[tp.partition] = batch[-1].offset + 1
+                    if end is not None and polled[tp.partition] >= end:
+                        self.consumer.pause(tp)
+                    with self._cond:
+                        self._inflight_rows += len(batch)
+                    self._put_raw((tp.partition, batch))
+                self._note_high_watermarks()
         except BaseException as exc:  # surfaced to the trainer by fill(); the thread must not die silently
-            with self._cond:
-                self._error = exc
-                self._cond.notify_all()
+            self._fail(exc)
         finally:
-            with contextlib.suppress(Exception):
-                self.flush()
+            self._put_raw(None)
 
-    def _poll_once(self, timeout_s: float) -> None:
-        records = self.consumer.poll(timeout_ms=int(timeout_s * 1000))
-        decoded = []
-        for tp, fetched in records.items():
-            end = None if self.end_offsets is None else self.end_offsets[tp.partition]
-            batch = fetched if end is None else [r for r in fetched if r.offset < end]
-            if batch:
-                decoded.append((tp, batch, self._decode_block(tp.partition, batch)))
+    def _put_raw(self, item: tuple[int, list[Any]] | None) -> None:
+        while not self._stopping.is_set() or item is None:
+            try:
+                self._raw.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                if item is None and self._stopping.is_set():
+                    return
+
+    def _note_high_watermarks(self) -> None:
         with self._cond:
-            for tp, batch, (pending, malformed) in decoded:
-                self._pending.extend(pending)
-                added = sum(len(x.batch) for x in pending)
-                self._pending_rows += added
-                self.rows_decoded += added
-                self._malformed_ahead[tp.partition].extend(malformed)
-                self.next_offset[tp.partition] = batch[-1].offset + 1
             for tp in self.tps:
                 high = self.consumer.highwater(tp)
                 if high is not None:
@@ -230,6 +247,39 @@ class StreamSource:
                 elif self._high[tp.partition] is None and self._polls >= 1:
                     self._high[tp.partition] = int(self.consumer.end_offsets([tp])[tp])
             self._polls += 1
+            self._cond.notify_all()
+
+    def _decode_loop(self) -> None:
+        try:
+            while True:
+                try:
+                    item = self._raw.get(timeout=0.2)
+                except queue.Empty:
+                    if self._stopping.is_set():
+                        return
+                    continue
+                if item is None:
+                    return
+                partition, batch = item
+                pending, malformed = self._decode_block(partition, batch)
+                with self._cond:
+                    self._pending.extend(pending)
+                    added = sum(len(x.batch) for x in pending)
+                    self._pending_rows += added
+                    self._inflight_rows -= len(batch)
+                    self.rows_decoded += added
+                    self._malformed_ahead[partition].extend(malformed)
+                    self.next_offset[partition] = batch[-1].offset + 1
+                    self._cond.notify_all()
+        except BaseException as exc:
+            self._fail(exc)
+        finally:
+            with contextlib.suppress(Exception):
+                self.flush()
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._cond:
+            self._error = exc
             self._cond.notify_all()
 
     def fill(self, rows: int, timeout_s: float = 30.0) -> int:
@@ -323,15 +373,37 @@ class StreamSource:
         return len(batch)
 
     def _fast_table(self, values: list[bytes]) -> pa.Table | None:
-        if not values or any(b"\n" in v or not v.strip() for v in values):
+        """The block as one newline-delimited JSON document, or None when it needs a closer look.
+
+        Checked in C, not per message in Python: exactly one newline between messages means none
+        holds a newline of its own, and an empty or blank message yields no row, so the row count
+        gives it away."""
+        if not values:
             return None
-        try:
-            table = pajson.read_json(
-                pa.py_buffer(b"\n".join(values)),
-                read_options=pajson.ReadOptions(block_size=max(1 << 20, 2 * sum(map(len, values)))),
-            )
-        except (pa.ArrowInvalid, pa.ArrowException):
+        joined = b"\n".join(values)
+        if joined.count(b"\n") != len(values) - 1:
             return None
+        read_options = pajson.ReadOptions(use_threads=False, block_size=max(1 << 20, 2 * len(joined)))
+        table = None
+        if self._json_schema is not None:
+            # The types learned from an earlier block: no inference, and fields the schema does not
+            # use are skipped instead of converted. A block that does not fit is inferred below.
+            with contextlib.suppress(pa.ArrowException):
+                table = pajson.read_json(
+                    pa.py_buffer(joined),
+                    read_options=read_options,
+                    parse_options=pajson.ParseOptions(
+                        explicit_schema=self._json_schema, unexpected_field_behavior="ignore"
+                    ),
+                )
+        if table is None:
+            try:
+                table = pajson.read_json(pa.py_buffer(joined), read_options=read_options)
+            except pa.ArrowException:
+                return None
+            wanted = [f for f in table.schema if f.name in self._input_columns]
+            if len(wanted) == len(self._input_columns) and not any(pa.types.is_null(f.type) for f in wanted):
+                self._json_schema = pa.schema(wanted)
         if table.num_rows != len(values):
             return None
         for column in self._required:
@@ -477,7 +549,8 @@ class StreamSource:
         self._stopping.set()
         with self._cond:
             self._cond.notify_all()
-        self._thread.join(timeout=30)
+        for thread in self._threads:
+            thread.join(timeout=30)
         if self._producer is not None:
             self._producer.close()
         if self._committer is not None:

@@ -689,14 +689,23 @@ def _digest(model: torch.nn.Module) -> str:
 
 
 def _share(tasks: list[Task], rank: int, world: int) -> list[Task]:
-    """This trainer's tasks: within each time group, every world-th task in a fixed order, so each
-    trainer gets a slice of every hour or day rather than whole days."""
+    """This trainer's tasks. Within each time group the largest tasks go first, each to the trainer
+    with the fewest rows so far: every trainer gets a slice of every hour or day and about the same
+    number of rows, whatever the task sizes. Deterministic, so every trainer computes the same split."""
     if world == 1:
         return tasks
+    load = [0] * world
+    mine: list[Task] = []
     by_group: dict[str, list[Task]] = {}
-    for t in sorted(tasks, key=lambda t: (t.group, t.task_id)):
+    for t in tasks:
         by_group.setdefault(t.group, []).append(t)
-    return [t for group in by_group.values() for i, t in enumerate(group) if i % world == rank]
+    for group in sorted(by_group):
+        for t in sorted(by_group[group], key=lambda t: (-(t.rows or 0), t.task_id)):
+            owner = min(range(world), key=lambda r: (load[r], r))
+            load[owner] += t.rows or 1
+            if owner == rank:
+                mine.append(t)
+    return mine
 
 
 def _round(x: float) -> float | None:

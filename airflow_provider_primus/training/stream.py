@@ -143,6 +143,8 @@ class StreamSource:
         # torch trains without it, so the three overlap. The consumer is used on that thread only.
         self.max_buffered_rows = max(max_buffered_rows, 2 * max_poll_records)
         self._high: dict[int, int | None] = {tp.partition: None for tp in self.tps}
+        if self.end_offsets is not None:  # a replay's end is its high watermark as far as lag goes
+            self._high.update(self.end_offsets)
         self._cond = threading.Condition()
         self._stopping = threading.Event()
         self._error: BaseException | None = None

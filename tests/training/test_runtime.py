@@ -233,3 +233,33 @@ def test_two_trainers_train_every_row_once_and_stay_identical(
         seen.update(int(row[3]) for row in rows)
     assert seen == Counter(range(world.history_rows)) + Counter(produced)  # each row once, on one trainer
     assert min(per_rank) > 0.3 * sum(per_rank)  # and the work was shared
+
+
+def test_holdout_window_is_evaluated_at_the_end_and_a_snapshot_is_published(
+    world: World, tmp_path: Path
+) -> None:
+    from datetime import timedelta
+
+    import pyarrow.parquet as pq
+
+    from airflow_provider_primus.training.publish import latest_snapshot
+    from tests.training.conftest import T0, events
+
+    hour = T0 + timedelta(hours=4)  # just after the training window
+    part = world.root / "store" / hour.strftime("%Y-%m-%d") / hour.strftime("%H")
+    part.mkdir(parents=True)
+    pq.write_table(events(10**7, 3000, hour, seed=99), part / "part-0.parquet")
+    data = load_data_spec(world.spec_path)
+    holdout = {"start": hour.isoformat(), "end": (hour + timedelta(hours=1)).isoformat()}
+    training = load_training_spec(
+        world.training(tmp_path / "t.yaml", mode="batch", batch_size=256, evaluation={"holdout": holdout})
+    )
+    result = Trainer(data, training, TrainOptions(workdir=tmp_path / "w")).run()
+    assert result["rows_trained"] == {"history": world.history_rows}
+    assert result["holdout"]["rows"] == 3000
+    assert 0.5 < result["holdout"]["auc"] < 1.0  # the labels follow the IDs: a trained model ranks them
+    snapshot = latest_snapshot(tmp_path / "w" / "model")
+    assert snapshot is not None and snapshot.manifest["step"] == result["steps"]
+    assert set(snapshot.load_state()) == set(
+        Trainer(data, training, TrainOptions(workdir=tmp_path / "x")).model.state_dict()
+    )

@@ -30,15 +30,20 @@ def register(sub: Any) -> None:
 
 
 def _summaries() -> dict[str, Callable[[dict[str, Any]], str]]:
-    """One validator per ``kind``; PrimusJob and the training section join here when they exist."""
+    """One validator per ``kind``; PrimusJob joins here when it exists."""
     from airflow_provider_primus.spec import load_data_spec
+    from airflow_provider_primus.spec.loader import load_training_spec
 
     def data(document: dict[str, Any]) -> str:
         spec = load_data_spec(document)
         count = len(spec.spec.sources)
         return f"PrimusData {spec.metadata.name!r}: {count} source{'' if count == 1 else 's'}"
 
-    return {"PrimusData": data}
+    def training(document: dict[str, Any]) -> str:
+        spec = load_training_spec(document)
+        return f"PrimusTraining {spec.metadata.name!r}: mode {spec.spec.mode}, batch {spec.spec.batch_size}"
+
+    return {"PrimusData": data, "PrimusTraining": training}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -73,3 +73,18 @@ def test_json_output(bad_spec: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert good == {"file": str(EXAMPLE), "ok": True, "summary": "PrimusData 'movielens': 2 sources"}
     assert bad["ok"] is False
     assert {"path": "spec.mixture[0].weight", "message": "must be greater than 0"} in bad["issues"]
+
+
+def test_training_documents_are_validated_by_their_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    training = EXAMPLE.with_name("primus-training.yaml")
+    assert main(["validate", str(training)]) == 0
+    assert capsys.readouterr().out.splitlines() == ["ok: PrimusTraining 'movielens': mode mixed, batch 512"]
+    doc = yaml.safe_load(training.read_text())
+    doc["spec"]["mixing"]["freshnes"] = doc["spec"]["mixing"].pop("freshness")
+    bad = tmp_path / "training.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    assert main(["validate", str(bad)]) == 2
+    out = capsys.readouterr()
+    assert "spec.mixing.freshnes" in out.out + out.err and "freshness" in out.out + out.err

@@ -7,6 +7,7 @@ and MLP layers read. Per-row Python here would dominate the trainer's input time
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ import torch
 
 from airflow_provider_primus.data.transforms import EVENT_TIME, LABEL
 
-__all__ = ["TensorBatch", "to_tensors"]
+__all__ = ["TensorBatch", "take_rows", "to_tensors"]
 
 
 @dataclass
@@ -112,3 +113,18 @@ def to_tensors(
         event_time_ms=event_time,
         extra={name: _column(batch, name).to_numpy(zero_copy_only=False) for name in extra},
     )
+
+
+def take_rows(buffer: collections.deque[TensorBatch], rows: int) -> list[TensorBatch]:
+    """Pop the first ``rows`` rows off a deque of batches, slicing the last one if needed."""
+    out: list[TensorBatch] = []
+    while rows > 0 and buffer:
+        head = buffer[0]
+        if len(head) <= rows:
+            out.append(buffer.popleft())
+            rows -= len(head)
+        else:
+            out.append(head.slice(0, rows))
+            buffer[0] = head.slice(rows, len(head))
+            rows = 0
+    return out

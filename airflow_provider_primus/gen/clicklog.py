@@ -446,36 +446,15 @@ def _malformed(good: bytes, kth: int) -> bytes:
 
 
 def ensure_topic(bootstrap_servers: str, topic: str, partitions: int = 1) -> bool:
-    """Create ``topic`` (replication factor 1) unless it exists; True when this call created it.
+    """Create ``topic`` unless it exists; True when this call created it.
 
     Retention by time is off for it: records carry their *event* time as Kafka timestamp, months in
     the past for a synthetic world, and the broker's default 7-day retention would delete them at its
     next check (within 5 minutes) — in the middle of a benchmark.
     """
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from airflow_provider_primus.data.sources.kafka import ensure_topic as create
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="primus-gen")
-    try:
-        if topic in admin.list_topics():
-            return False
-        try:
-            admin.create_topics(
-                [
-                    NewTopic(
-                        topic,
-                        num_partitions=partitions,
-                        replication_factor=1,
-                        topic_configs={"retention.ms": "-1"},
-                    )
-                ]
-            )
-        except TopicAlreadyExistsError:  # created concurrently by someone else
-            return False
-        return True
-    finally:
-        admin.close()
+    return create(bootstrap_servers, topic, partitions, {"retention.ms": "-1"})
 
 
 def produce_stream(

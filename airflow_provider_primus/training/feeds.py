@@ -21,25 +21,10 @@ from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
 from airflow_provider_primus.data.service.launch import ExecutorProcess, launch_executor
 from airflow_provider_primus.data.service.loader import PrimusDataLoader
-from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.data.tensors import TensorBatch, take_rows
 from airflow_provider_primus.training.stream import StreamSource
 
-__all__ = ["FileFeed", "MemoryFeed", "StreamFeed", "take_rows"]
-
-
-def take_rows(buffer: collections.deque[TensorBatch], rows: int) -> list[TensorBatch]:
-    """Pop the first ``rows`` rows off a deque of batches, slicing the last one if needed."""
-    out: list[TensorBatch] = []
-    while rows > 0 and buffer:
-        head = buffer[0]
-        if len(head) <= rows:
-            out.append(buffer.popleft())
-            rows -= len(head)
-        else:
-            out.append(head.slice(0, rows))
-            buffer[0] = head.slice(rows, len(head))
-            rows = 0
-    return out
+__all__ = ["FileFeed", "MemoryFeed", "StreamFeed"]
 
 
 class FileFeed:

@@ -15,7 +15,6 @@ continues from the newest checkpoint with no row lost and none trained twice.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
@@ -56,7 +55,7 @@ from airflow_provider_primus.training.stream import StreamSource
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrainOptions", "Trainer", "train"]
+__all__ = ["TrainOptions", "Trainer"]
 
 
 class Feed(Protocol):
@@ -99,7 +98,7 @@ class _Metrics:
     window_rows: dict[str, int] = field(default_factory=dict)
     window_guard: int = 0
     elapsed_s: float = 0.0
-    replay_now_ms: int = 0
+    watermark_ms: int = 0  # newest event time trained on: the published watermark and the replay clock
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -165,6 +164,8 @@ class Trainer:
         self.metrics = _Metrics()
         self.step = 0
         self.feeds: dict[str, Feed] = {}
+        self._mixer_state: dict[str, Any] | None = None  # from a checkpoint, applied once feeds exist
+        self._data_spec_path: Path | None = options.spec_path
         self._closed = False
 
     # -- set-up ------------------------------------------------------------------------------------
@@ -184,11 +185,14 @@ class Trainer:
         return not stream or self.mode in ("stream", "mixed")
 
     def _spec_path(self) -> Path:
-        if self.options.spec_path is not None:
-            return self.options.spec_path
-        path = self.workdir / "primus-data.yaml"
-        path.write_text(yaml.safe_dump(self.data.model_dump(mode="json", by_alias=True, exclude_none=True)))
-        return path
+        """The data document on disk for the executors: the caller's, else written once here."""
+        if self._data_spec_path is None:
+            path = self.workdir / "primus-data.yaml"
+            path.write_text(
+                yaml.safe_dump(self.data.model_dump(mode="json", by_alias=True, exclude_none=True))
+            )
+            self._data_spec_path = path
+        return self._data_spec_path
 
     def _open_feeds(self, states: Mapping[str, Any]) -> None:
         spec = self.training.spec
@@ -305,7 +309,7 @@ class Trainer:
         time trained so far (the replayed world's "now" as far as the model knows it)."""
         if self.training.spec.mixing.freshness.clock == "wall":
             return int(time.time() * 1000)
-        return self.metrics.replay_now_ms
+        return self.metrics.watermark_ms
 
     def _stream_feed(self) -> StreamFeed | None:
         if self.stream_src is None:
@@ -393,9 +397,9 @@ class Trainer:
                 loss.backward()  # type: ignore[no-untyped-call]
             self.group.sum_gradients(self.model)
             self.optim.step(lr_scale=lr_sum / total)
-        for _, b in parts:
+        for _, b in trained_rows:
             if b.event_time_ms is not None and len(b):
-                self.metrics.replay_now_ms = max(self.metrics.replay_now_ms, int(b.event_time_ms.max()))
+                self.metrics.watermark_ms = max(self.metrics.watermark_ms, int(b.event_time_ms.max()))
         now_ms = self._clock_ms()
         for n, b in parts:
             if self._trains_on(n):
@@ -427,15 +431,8 @@ class Trainer:
             return
         self.publisher.publish(
             self.model.state_dict(),
-            {"step": self.step, "watermark": _iso(self._watermark_ms()), "metrics": self.summary()},
+            {"step": self.step, "watermark": _iso(self.metrics.watermark_ms), "metrics": self.summary()},
         )
-
-    def _watermark_ms(self) -> int:
-        marks = [f.watermark_ms for f in self.feeds.values() if isinstance(f, FileFeed)]
-        stream = self._stream_feed()
-        if stream is not None and self._trains_on(stream.name):
-            marks.append(stream.source.frontier_ms)
-        return max(marks, default=0)
 
     def run(self) -> dict[str, Any]:
         spec = self.training.spec
@@ -448,7 +445,7 @@ class Trainer:
             else:
                 self._open_feeds(states)
             policy = self._policy()
-            if getattr(self, "_mixer_state", None):
+            if self._mixer_state is not None:
                 policy.load_state_dict(self._mixer_state)
             last_ckpt = last_pub = last_progress = time.monotonic()
             while self.options.max_steps is None or self.step < self.options.max_steps:
@@ -608,7 +605,7 @@ class Trainer:
             "dead_lettered": self._dead_lettered(),
             "deferred": dict(m.deferred),
             "guard_steps": m.guard_steps,
-            "watermark": _iso(self._watermark_ms()),
+            "watermark": _iso(self.metrics.watermark_ms),
             "elapsed_s": round(m.elapsed_s, 3),
             "samples_per_s": round(sum(m.rows_trained.values()) / m.elapsed_s, 1) if m.elapsed_s else None,
         }
@@ -716,10 +713,6 @@ def _iso(ms: int) -> str | None:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat() if ms else None
 
 
-def train(data: PrimusData, training: PrimusTraining, options: TrainOptions) -> dict[str, Any]:
-    return Trainer(data, training, options).run()
-
-
 def default_workdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="primus-train-"))
 
@@ -732,7 +725,3 @@ def print_progress(summary: Mapping[str, Any]) -> None:
         file=sys.stderr,
         flush=True,
     )
-
-
-def dump_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, default=str)

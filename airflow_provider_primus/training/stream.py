@@ -29,19 +29,16 @@ import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 
-from airflow_provider_primus.data.sources.kafka import resolve_offsets
-from airflow_provider_primus.data.tensors import TensorBatch, to_tensors
+from airflow_provider_primus.data.sources.kafka import ensure_topic, resolve_offsets
+from airflow_provider_primus.data.tensors import TensorBatch, take_rows, to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMismatchError
 from airflow_provider_primus.spec.data import KafkaSource
 
@@ -55,14 +52,6 @@ _UNUSABLE = (SchemaMismatchError, pa.ArrowException, ValueError, TypeError, KeyE
 
 def dead_letter_topic(source: KafkaSource) -> str:
     return source.dead_letter_topic or f"{source.topic}.dlq"
-
-
-@dataclass
-class _Pending:
-    """Decoded rows not yet trained, in arrival order."""
-
-    batch: TensorBatch
-    partition: int
 
 
 class StreamSource:
@@ -124,7 +113,7 @@ class StreamSource:
         if bounded:
             ends = self.consumer.end_offsets(self.tps)
             self.end_offsets = {tp.partition: int(ends[tp]) for tp in self.tps}
-        self._pending: collections.deque[_Pending] = collections.deque()
+        self._pending: collections.deque[TensorBatch] = collections.deque()  # decoded, not trained
         self._pending_rows = 0
         # Malformed offsets still ahead of the trained position, per partition: they count as
         # dead-lettered in a checkpoint only once training has passed them.
@@ -132,8 +121,6 @@ class StreamSource:
             tp.partition: collections.deque() for tp in self.tps
         }
         self.dead_lettered = 0  # at or behind the trained position
-        self.rows_decoded = 0
-        self.frontier_ms = 0  # newest event time decoded so far
         self._dlq_topic = dead_letter_topic(source)
         self._producer: Any = None
         self._committer: Any = None
@@ -266,10 +253,9 @@ class StreamSource:
                 pending, malformed = self._decode_block(partition, batch)
                 with self._cond:
                     self._pending.extend(pending)
-                    added = sum(len(x.batch) for x in pending)
+                    added = sum(len(b) for b in pending)
                     self._pending_rows += added
                     self._inflight_rows -= len(batch)
-                    self.rows_decoded += added
                     self._malformed_ahead[partition].extend(malformed)
                     self.next_offset[partition] = batch[-1].offset + 1
                     self._cond.notify_all()
@@ -315,9 +301,9 @@ class StreamSource:
 
     # -- decoding -----------------------------------------------------------------------------------
 
-    def _decode_block(self, partition: int, records: Sequence[Any]) -> tuple[list[_Pending], list[int]]:
+    def _decode_block(self, partition: int, records: Sequence[Any]) -> tuple[list[TensorBatch], list[int]]:
         """Decode one partition's fetched records (on the ingest thread, without the lock)."""
-        self._block_pending: list[_Pending] = []
+        self._block_pending: list[TensorBatch] = []
         self._block_malformed: list[int] = []
         self._decode(partition, records)
         return self._block_pending, self._block_malformed
@@ -369,9 +355,7 @@ class StreamSource:
         batch = to_tensors(transformed, sparse=self.sparse, dense=self.dense, extra=self.passthrough)
         batch.origin = f"{self.source.topic}/{partition}"
         batch.positions = offsets
-        self._block_pending.append(_Pending(batch, partition))
-        if batch.event_time_ms is not None and len(batch):
-            self.frontier_ms = max(self.frontier_ms, int(batch.event_time_ms.max()))
+        self._block_pending.append(batch)
         return len(batch)
 
     def _fast_table(self, values: list[bytes]) -> pa.Table | None:
@@ -437,7 +421,7 @@ class StreamSource:
         if not self._dead_letters:
             return
         if self._producer is None:
-            self._ensure_topic()
+            ensure_topic(self.source.servers(), self._dlq_topic)
             self._producer = KafkaProducer(
                 bootstrap_servers=self.source.servers(), client_id=f"primus-dlq-{self.source.name}"
             )
@@ -450,15 +434,6 @@ class StreamSource:
         ]
         self._producer.send(self._dlq_topic, key=record.key, value=record.value, headers=headers)
 
-    def _ensure_topic(self) -> None:
-        admin: Any = KafkaAdminClient(bootstrap_servers=self.source.servers(), client_id="primus-dlq-admin")
-        try:
-            if self._dlq_topic not in admin.list_topics():
-                with contextlib.suppress(TopicAlreadyExistsError):
-                    admin.create_topics([NewTopic(self._dlq_topic, num_partitions=1, replication_factor=1)])
-        finally:
-            admin.close()
-
     # -- serving ------------------------------------------------------------------------------------
 
     def peek_event_times(self, rows: int) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -467,37 +442,22 @@ class StreamSource:
         need = rows
         with self._cond:
             pendings = list(self._pending)
-        for pending in pendings:
+        for batch in pendings:
             if need <= 0:
                 break
-            times = pending.batch.event_times()[:need].numpy()
+            times = batch.event_times()[:need].numpy()
             out.append(times)
             need -= len(times)
         return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
     def take(self, rows: int) -> list[TensorBatch]:
         """The next ``rows`` buffered rows (fewer if fewer are buffered), marked as trained."""
-        out: list[TensorBatch] = []
         with self._cond:
-            self._take_locked(rows, out)
+            out = take_rows(self._pending, rows)
+            self._pending_rows -= sum(len(b) for b in out)
+            self._settle_malformed()
             self._cond.notify_all()  # room in the buffer: the ingest thread may read on
         return out
-
-    def _take_locked(self, rows: int, out: list[TensorBatch]) -> None:
-        while rows > 0 and self._pending:
-            head = self._pending[0]
-            n = len(head.batch)
-            if n <= rows:
-                out.append(head.batch)
-                self._pending.popleft()
-                rows -= n
-                self._pending_rows -= n
-            else:
-                out.append(head.batch.slice(0, rows))
-                head.batch = head.batch.slice(rows, n)
-                self._pending_rows -= rows
-                rows = 0
-        self._settle_malformed()
 
     def _settle_malformed(self) -> None:
         trained = self._trained_locked()
@@ -523,9 +483,10 @@ class StreamSource:
 
     def _trained_locked(self) -> dict[int, int]:
         first_pending: dict[int, int] = {}
-        for pending in self._pending:
-            if pending.partition not in first_pending and pending.batch.positions is not None:
-                first_pending[pending.partition] = int(pending.batch.positions[0])
+        for batch in self._pending:  # origin is "topic/partition", positions are offsets
+            partition = int(str(batch.origin).rsplit("/", 1)[1])
+            if partition not in first_pending and batch.positions is not None:
+                first_pending[partition] = int(batch.positions[0])
         return {p: first_pending.get(p, self.next_offset[p]) for p in self.next_offset}
 
     def commit(self, offsets: Mapping[int, int]) -> None:

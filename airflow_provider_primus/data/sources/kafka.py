@@ -7,10 +7,13 @@ with a timestamp); an open-ended plan starts where the source's start policy say
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
 
 
 class KafkaPlanError(RuntimeError):
@@ -75,3 +78,32 @@ def resolve_offsets(
         return [(tp.partition, start[tp], None) for tp in tps]
     finally:
         consumer.close()
+
+
+def ensure_topic(
+    bootstrap_servers: str | list[str],
+    topic: str,
+    partitions: int = 1,
+    configs: Mapping[str, str] | None = None,
+) -> bool:
+    """Create ``topic`` (replication factor 1) unless it exists; True when this call created it."""
+    admin: Any = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="primus-admin")
+    try:
+        if topic in admin.list_topics():
+            return False
+        try:
+            admin.create_topics(
+                [
+                    NewTopic(
+                        topic,
+                        num_partitions=partitions,
+                        replication_factor=1,
+                        topic_configs=dict(configs or {}),
+                    )
+                ]
+            )
+        except TopicAlreadyExistsError:  # created concurrently by someone else
+            return False
+        return True
+    finally:
+        admin.close()

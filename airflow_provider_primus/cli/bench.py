@@ -61,6 +61,35 @@ def register(sub: Any) -> None:
     h.add_argument("--workdir", type=Path, help="where to generate the data (default: system temp)")
     h.set_defaults(handler=run_hybrid)
 
+    a = bsub.add_parser(
+        "autoscale",
+        help="a mis-sized job (one half-core data executor) with autoscaling off and on",
+        description="Generate ROWS click events as gzipped JSON lines in FILES files and train them twice "
+        "as a PrimusJob on the local backend — one data executor with half a CPU and a tight memory limit "
+        "feeding one trainer — with scaling off, then on. Prints throughput, CPU utilisation, samples per "
+        "allotted core-second, peak memory ratio and the autoscaler's decisions side by side.",
+    )
+    a.add_argument("--rows", type=int, default=2_000_000)
+    a.add_argument("--files", type=int, default=80)
+    a.add_argument("--window-s", type=float, default=3.0, help="the autoscaler's adjustment window")
+    a.add_argument("--cooldown-s", type=float, default=3.0)
+    a.add_argument("--workdir", type=Path, help="where to generate the data (default: system temp)")
+    a.set_defaults(handler=run_autoscale)
+
+
+def run_autoscale(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.bench.autoscale import run
+
+    result = run(
+        rows=args.rows,
+        files=args.files,
+        window_s=args.window_s,
+        cooldown_s=args.cooldown_s,
+        workdir=args.workdir,
+    )
+    print(json.dumps(result))
+    return 0
+
 
 def run_plan(args: argparse.Namespace) -> int:
     from airflow_provider_primus.bench.plan import run

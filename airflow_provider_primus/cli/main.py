@@ -8,11 +8,28 @@ stays fast.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from airflow_provider_primus import __version__
-from airflow_provider_primus.cli import bench, demo, doctor, gen, kafka, plan, serve_data, train, validate
+from airflow_provider_primus.cli import (
+    bench,
+    demo,
+    doctor,
+    gen,
+    jobs,
+    kafka,
+    plan,
+    serve_data,
+    train,
+    validate,
+)
+
+# Where an executor records its exit code: a restarted master re-adopted it, so it is not the
+# process's parent and cannot wait() for the code.
+EXIT_FILE_ENV = "PRIMUS_EXIT_FILE"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_data.register(sub)
     train.register(sub)
     gen.register(sub)
+    jobs.register(sub)
     return parser
 
 
@@ -41,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # a launcher re-runs itself per trainer
     code: int = args.handler(args)
+    exit_file = os.environ.get(EXIT_FILE_ENV)
+    if exit_file:  # an executor launched by a master that may not be its parent when it ends
+        Path(exit_file).write_text(str(code))
     return code
 
 

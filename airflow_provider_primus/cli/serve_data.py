@@ -27,6 +27,12 @@ def register(sub: Any) -> None:
     parser.add_argument("--batch-rows", type=int, default=8192)
     parser.add_argument("--passthrough", nargs="*", help="extra columns sent unchanged (e.g. a row id)")
     parser.add_argument("--heartbeat-s", type=float, default=1.0, help="heartbeat interval to the dispatcher")
+    parser.add_argument(
+        "--master-grace-s",
+        type=float,
+        default=0.0,
+        help="keep retrying an unreachable dispatcher this long (a job's master restarting)",
+    )
     parser.set_defaults(handler=run)
 
 

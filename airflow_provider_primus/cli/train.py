@@ -43,6 +43,11 @@ def register(sub: Any) -> None:
     # Set by the launcher for each trainer process it starts.
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--dist-init", help=argparse.SUPPRESS)
+    # Set by a job's master when it launches this as the job's trainer executor.
+    parser.add_argument("--dispatcher", help=argparse.SUPPRESS)
+    parser.add_argument("--executor-name", default="trainer-0", help=argparse.SUPPRESS)
+    parser.add_argument("--open-graph", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--grace-s", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.set_defaults(handler=run)
 
 
@@ -87,6 +92,12 @@ def launch(args: argparse.Namespace, world: int) -> int:
     return next((c for c in codes if c != 0), 0)
 
 
+def _job_token() -> str:
+    from airflow_provider_primus.data.service.auth import load_token
+
+    return load_token(None)
+
+
 def run(args: argparse.Namespace) -> int:
     from airflow_provider_primus.spec import SpecError, load_data_spec
     from airflow_provider_primus.spec.loader import load_training_spec
@@ -102,10 +113,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         data = load_data_spec(args.spec)
         training = (
-            load_training_spec(args.training) if args.training else default_training(data.metadata.name)
+            load_training_spec(args.training) if args.training else default_training(data.metadata.name, data)
         )
         world = args.trainers or training.spec.trainers
-        if world > 1 and args.rank is None:
+        if world > 1 and args.rank is None and args.dispatcher is None:
             return launch(args, world)
         trace_path = args.trace
         if world > 1 and trace_path is not None:  # one trace per trainer; "-" is rank 0's stdout
@@ -125,6 +136,11 @@ def run(args: argparse.Namespace) -> int:
             rank=args.rank or 0,
             world_size=world,
             dist_init=args.dist_init,
+            dispatcher=args.dispatcher,
+            token=_job_token() if args.dispatcher else None,
+            open_graph=args.open_graph,
+            grace_s=args.grace_s,
+            executor_name=args.executor_name,
         )
         trace = TraceWriter(trace_path, args.passthrough) if trace_path else None
         options.trace = trace

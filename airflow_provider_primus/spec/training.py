@@ -164,10 +164,19 @@ class PrimusTraining(StrictModel):
     spec: TrainingSpec = Field(default_factory=TrainingSpec)
 
 
-def default_training(name: str = "default") -> PrimusTraining:
-    """The embedded defaults, used when ``primus train`` is given only a data document."""
+def default_training(name: str = "default", data: PrimusData | None = None) -> PrimusTraining:
+    """The embedded defaults, used when only a data document is given: mixed training, or batch
+    training when the data has no stream to mix in."""
+    spec: dict[str, Any] = {}
+    if data is not None and not any(isinstance(s, KafkaSource) for s in data.spec.sources):
+        spec["mode"] = "batch"
     return PrimusTraining.model_validate(
-        {"apiVersion": "primus.dev/v1alpha1", "kind": "PrimusTraining", "metadata": {"name": name}}
+        {
+            "apiVersion": "primus.dev/v1alpha1",
+            "kind": "PrimusTraining",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
     )
 
 

@@ -10,6 +10,7 @@ the rows an uninterrupted one would have, in the same order.
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.service.dispatcher import Dispatcher
-from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
+from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient, DispatcherServer
 from airflow_provider_primus.data.service.launch import ExecutorProcess, launch_executor
 from airflow_provider_primus.data.service.loader import PrimusDataLoader
 from airflow_provider_primus.data.tensors import TensorBatch, take_rows
@@ -46,10 +47,11 @@ class FileFeed:
         state: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
+        self.server: DispatcherServer | None = None
+        self.executors: list[ExecutorProcess] = []
         progress = dict(state["progress"]) if state else None
         server = DispatcherServer(Dispatcher(tasks, edges, progress=progress), token).start()
-        self.server: DispatcherServer | None = server
-        self.executors: list[ExecutorProcess] = []
+        self.server = server
         try:
             for i in range(executors):
                 self.executors.append(
@@ -69,6 +71,44 @@ class FileFeed:
             server.location, token=token, sparse=sparse, dense=dense, passthrough=passthrough, state=state
         )
 
+    @classmethod
+    def attach(
+        cls,
+        name: str,
+        location: str,
+        *,
+        token: str,
+        sparse: Sequence[str],
+        dense: Sequence[str],
+        passthrough: Sequence[str] = (),
+        state: Mapping[str, Any] | None = None,
+        open_graph: bool = False,
+        grace_s: float = 0.0,
+    ) -> FileFeed:
+        """A feed over a data service someone else runs (a job's master and its data executors)."""
+        feed = cls.__new__(cls)
+        # The master's dispatcher may have seen acknowledgements newer than our checkpoint (we
+        # crashed after them): consumption restarts from what the checkpoint holds.
+        client = DispatcherClient(location, token, grace_s=grace_s)
+        try:
+            client.rewind(dict(state["progress"]) if state else {})
+        finally:
+            client.close()
+        feed.name = name
+        feed.server = None
+        feed.executors = []
+        feed._connect(
+            location,
+            token=token,
+            sparse=sparse,
+            dense=dense,
+            passthrough=passthrough,
+            state=state,
+            open_graph=open_graph,
+            grace_s=grace_s,
+        )
+        return feed
+
     def _connect(
         self,
         location: str,
@@ -78,6 +118,8 @@ class FileFeed:
         dense: Sequence[str],
         passthrough: Sequence[str],
         state: Mapping[str, Any] | None,
+        open_graph: bool = False,
+        grace_s: float = 0.0,
     ) -> None:
         progress = dict(state["progress"]) if state else None
         self.location = location
@@ -89,8 +131,11 @@ class FileFeed:
             extra=passthrough,
             progress=progress,
             credits=8,
+            grace_s=grace_s,
+            stop_when_idle=open_graph,
         )
         self._it: Iterator[TensorBatch] = iter(self.loader)
+        self._retry_at = 0.0
         self._buffer: collections.deque[TensorBatch] = collections.deque(state["buffered"] if state else ())
         self._rows = sum(len(b) for b in self._buffer)
         self._done = False
@@ -100,9 +145,16 @@ class FileFeed:
         """Blocks until ``want`` rows are buffered or the window is finished: batch data is always
         "there", only the pipeline's latency stands between, so waiting keeps runs deterministic."""
         while self._rows < want and not self._done:
+            if self.loader.idle:  # an open graph with nothing left for now: look again shortly
+                if time.monotonic() < self._retry_at:
+                    break
+                self._it = iter(self.loader)
             try:
                 batch = next(self._it)
             except StopIteration:
+                if self.loader.idle:
+                    self._retry_at = time.monotonic() + 1.0
+                    break
                 self._done = True
                 break
             self._buffer.append(batch)

@@ -14,6 +14,7 @@ continues from the newest checkpoint with no row lost and none trained twice.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -34,7 +35,9 @@ import yaml
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import plan
 from airflow_provider_primus.data.service.auth import new_token
+from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.resources.allotment import AllotmentWatcher
 from airflow_provider_primus.spec.data import FileSource, PrimusData
 from airflow_provider_primus.spec.training import (
     PrimusTraining,
@@ -51,6 +54,7 @@ from airflow_provider_primus.training.mixer import MixPolicy, SourcePolicy
 from airflow_provider_primus.training.model import DLRM
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.publish import Publisher
+from airflow_provider_primus.training.reporter import JobReporter
 from airflow_provider_primus.training.stream import StreamSource
 
 log = logging.getLogger(__name__)
@@ -86,6 +90,13 @@ class TrainOptions:
     rank: int = 0  # data parallelism: this trainer's rank among world_size (see distributed.py)
     world_size: int = 1
     dist_init: str | None = None  # tcp://127.0.0.1:PORT, the rendezvous when world_size > 1
+    # As a job's trainer executor: the master's data service instead of one of our own, telemetry
+    # and commands through it, and the allotment the backend gives us.
+    dispatcher: str | None = None
+    token: str | None = None
+    open_graph: bool = False  # the job's master may still append windows
+    grace_s: float = 0.0  # how long to wait for a restarting master
+    executor_name: str = "trainer-0"
 
 
 @dataclass
@@ -132,6 +143,14 @@ class Trainer:
         torch.manual_seed(spec.seed)
         cores = max(1, (os.cpu_count() or 1) - spec.data_executors)
         torch.set_num_threads(spec.threads or max(1, cores // options.world_size))
+        self.reporter: JobReporter | None = None
+        self.allotment = AllotmentWatcher()
+        granted = self.allotment.current()
+        if granted is not None:
+            self.allotment.apply_threads(granted)
+        if options.dispatcher is not None:
+            client = DispatcherClient(options.dispatcher, options.token or "", grace_s=options.grace_s)
+            self.reporter = JobReporter(client, options.executor_name).start()
         self.group = Group(options.rank, options.world_size, options.dist_init)
         # Sparse Adagrad builds COO gradients torch cannot cheaply validate; we opt out explicitly
         # (the default) rather than let every step warn about it.
@@ -201,7 +220,21 @@ class Trainer:
         # With several trainers each hosts its own data service over a disjoint share of the tasks:
         # no trainer ever waits on another's acknowledgements (an ordered graph's barriers would
         # otherwise tie them together), and each keeps its own exact progress.
-        if files:
+        if files and self.options.dispatcher is not None:
+            if len(files) > 1:
+                raise ValueError("a job's trainer reads one files source through the master's data service")
+            self.feeds[files[0].name] = FileFeed.attach(
+                files[0].name,
+                self.options.dispatcher,
+                token=self.options.token or "",
+                sparse=self.sparse_cols,
+                dense=self.dense_cols,
+                passthrough=self.options.passthrough,
+                state=states.get(files[0].name),
+                open_graph=self.options.open_graph,
+                grace_s=self.options.grace_s,
+            )
+        elif files:
             window = self.data.spec.window
             if window is None:
                 raise ValueError("training on files sources needs spec.window in the data document")
@@ -459,11 +492,12 @@ class Trainer:
                 if active:
                     # Every feed is asked for a whole step's rows, whatever its share: what a feed can
                     # offer then depends only on the data, not on how batches were cut or polled.
-                    available = {
-                        n: min(spec.batch_size, self.feeds[n].available(spec.batch_size)) for n in active
-                    }
-                    step_plan = policy.plan(available, active, guard=guard)
-                    parts = [(n, b) for n, r in step_plan.rows.items() for b in self.feeds[n].take(r)]
+                    with self._waiting():
+                        available = {
+                            n: min(spec.batch_size, self.feeds[n].available(spec.batch_size)) for n in active
+                        }
+                        step_plan = policy.plan(available, active, guard=guard)
+                        parts = [(n, b) for n, r in step_plan.rows.items() for b in self.feeds[n].take(r)]
                 now = time.monotonic()
                 ck, pub = spec.checkpoint, spec.publish
                 next_step = self.step + 1
@@ -496,12 +530,23 @@ class Trainer:
                 if ctl[1] == 0:
                     stream = self._stream_feed()
                     if not self.options.follow:
+                        if all(f.exhausted() for f in self.feeds.values()):
+                            continue  # found out just now (a resumed, finished pass): agree and stop
                         raise RuntimeError(f"no source can supply rows (active: {active})")
-                    if stream is not None:
-                        stream.source.wait(0.5)  # an idle stream while following: wait for events
+                    with self._waiting():
+                        if stream is not None:
+                            stream.source.wait(0.5)  # an idle stream while following: wait for events
+                        else:
+                            time.sleep(0.2)  # an open graph waiting for its next window
+                    self._between_steps(policy)
                     continue
-                self._train_step(parts, global_trained=ctl[2], lr_weighted=ctl[3], loss_weighted=ctl[4])
+                with self._computing():
+                    self._train_step(parts, global_trained=ctl[2], lr_weighted=ctl[3], loss_weighted=ctl[4])
                 self.step += 1
+                if self.reporter is not None:
+                    self.reporter.rows += int(ctl[1])
+                    self.reporter.extra["step"] = self.step
+                self._between_steps(policy)
                 if step_plan is not None:
                     self._account(step_plan.rows, step_plan.deferred, guard, lag, age)
                 if self.options.trace is not None:
@@ -525,6 +570,27 @@ class Trainer:
             return result
         finally:
             self.close()
+
+    def _waiting(self) -> contextlib.AbstractContextManager[None]:
+        return self.reporter.waiting() if self.reporter is not None else contextlib.nullcontext()
+
+    def _computing(self) -> contextlib.AbstractContextManager[None]:
+        return self.reporter.computing() if self.reporter is not None else contextlib.nullcontext()
+
+    def _between_steps(self, policy: MixPolicy) -> None:
+        """Apply what the backend and the master asked for since the last step: a new allotment
+        (thread pools follow it, no restart) and savepoints (a checkpoint now, acknowledged by id)."""
+        granted = self.allotment.poll()
+        if granted is not None:
+            self.allotment.apply_threads(granted)
+        if self.reporter is None:
+            return
+        while not self.reporter.commands.empty():
+            command = self.reporter.commands.get_nowait()
+            if command.get("type") == "savepoint":
+                self._checkpoint(policy)
+                self.reporter.extra["savepoint"] = {"id": command.get("id"), "step": self.step}
+                self.reporter.report()
 
     def _account(
         self, rows: dict[str, int], deferred: dict[str, int], guard: bool, lag: int, age: float
@@ -669,6 +735,8 @@ class Trainer:
         if self._closed:
             return
         self._closed = True
+        if self.reporter is not None:
+            self.reporter.close()
         for feed in self.feeds.values():
             try:
                 feed.close()

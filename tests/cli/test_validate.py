@@ -88,3 +88,46 @@ def test_training_documents_are_validated_by_their_kind(
     assert main(["validate", str(bad)]) == 2
     out = capsys.readouterr()
     assert "spec.mixing.freshnes" in out.out + out.err and "freshness" in out.out + out.err
+
+
+def test_job_documents_are_validated_with_their_references(capsys: pytest.CaptureFixture[str]) -> None:
+    job = EXAMPLE.with_name("primus-job.yaml")
+    assert main(["validate", str(job)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        "ok: PrimusJob 'movielens': backend local, data executors 1..4, scaling on"
+    ]
+    assert captured.err == ""
+
+
+def test_invalid_job_exits_2_naming_each_issue(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = yaml.safe_load(EXAMPLE.with_name("primus-job.yaml").read_text())
+    doc["spec"]["rols"] = doc["spec"].pop("roles")
+    doc["spec"]["scaling"]["actions"] = ["scale_ot"]
+    bad = tmp_path / "job.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    assert main(["validate", str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert lines[0] == f"error: {bad}: 2 problems"
+    assert set(lines[1:]) == {
+        "spec.rols: unknown field; did you mean 'roles'?",
+        "spec.scaling.actions[0]: must be one of 'scale_out', 'scale_in', 'resize_cpu', 'resize_memory' "
+        "(got 'scale_ot'); did you mean 'scale_out'?",
+    }
+
+
+def test_a_job_is_checked_against_the_documents_next_to_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The example's ``data: primus-data.yaml`` is relative to the job file: here there is none.
+    job = tmp_path / "job.yaml"
+    job.write_text(EXAMPLE.with_name("primus-job.yaml").read_text())
+    assert main(["validate", "--json", str(job)]) == 2
+    result = json.loads(capsys.readouterr().out)
+    assert result["ok"] is False
+    assert {
+        "path": "spec.data",
+        "message": f"{(tmp_path / 'primus-data.yaml').resolve()}: no such file",
+    } in result["issues"]

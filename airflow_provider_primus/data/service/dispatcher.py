@@ -81,6 +81,7 @@ class Dispatcher:
         max_attempts: int = 3,
         max_failed_share: float = 0.0,
         min_split_rows: int = 50_000,
+        sealed: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._lock = threading.RLock()
@@ -90,6 +91,9 @@ class Dispatcher:
         self.max_attempts = max_attempts
         self.max_failed_share = max_failed_share
         self.min_split_rows = min_split_rows
+        # An unsealed graph may still grow (windows appended to a running job): finishing all tasks
+        # then means "idle", not "finished", and consumers wait for more instead of ending the pass.
+        self.sealed = sealed
         self.tasks: dict[str, Task] = {}
         self.total_rows: dict[str, int] = {}
         self.acked: dict[str, IntervalSet] = {}
@@ -107,18 +111,67 @@ class Dispatcher:
         self._waiting: dict[str, list[str]] = {}  # group -> pending items held back by a barrier
         self._before: dict[str, list[str]] = {}
         self._after: dict[str, list[str]] = {}
+        self._progress = {t: list(r) for t, r in (progress or {}).items()}
+        self._add(tasks, edges)
+
+    def _add(self, tasks: Iterable[Task], edges: Iterable[tuple[str, str]]) -> int:
         for a, b in edges:
-            self._before.setdefault(b, []).append(a)
-            self._after.setdefault(a, []).append(b)
+            if a not in self._before.get(b, []):
+                self._before.setdefault(b, []).append(a)
+                self._after.setdefault(a, []).append(b)
+        added = []
         for task in tasks:
+            if task.task_id in self.tasks:
+                continue  # task IDs are content-derived: the same window appended twice adds nothing
             self.tasks[task.task_id] = task
-            self.acked[task.task_id] = IntervalSet((progress or {}).get(task.task_id, ()))
+            self.acked[task.task_id] = IntervalSet(self._progress.get(task.task_id, ()))
             if task.rows is not None:
                 self.total_rows[task.task_id] = task.rows
             self._group_open[task.group] = self._group_open.get(task.group, 0) + 1
             self._push(self._add_item(task, 0, None))
-        for task_id in list(self.tasks):
+            added.append(task.task_id)
+        for task_id in added:
             self._check_task_done(task_id)
+        return len(added)
+
+    def rewound(self, progress: Mapping[str, Iterable[tuple[int, int]]]) -> Dispatcher:
+        """The same graph with consumption reset to ``progress`` (a restarted trainer's checkpoint):
+        rows acknowledged after that checkpoint were never trained into a saved model, so they must
+        be served again. Executors of the old instance re-register and lease afresh."""
+        with self._lock:
+            edges = [(a, b) for b, befores in self._before.items() for a in befores]
+            return Dispatcher(
+                list(self.tasks.values()),
+                edges,
+                progress=progress,
+                executor_timeout_s=self.executor_timeout_s,
+                ack_timeout_s=self.ack_timeout_s,
+                max_attempts=self.max_attempts,
+                max_failed_share=self.max_failed_share,
+                min_split_rows=self.min_split_rows,
+                sealed=self.sealed,
+                clock=self.clock,
+            )
+
+    def add_tasks(self, tasks: Iterable[Task], edges: Iterable[tuple[str, str]] = ()) -> int:
+        """Grow the graph while it runs; returns how many tasks were new."""
+        with self._lock:
+            return self._add(tasks, edges)
+
+    def seal(self) -> None:
+        with self._lock:
+            self.sealed = True
+
+    def forget(self, executor: str) -> None:
+        """The executor is known to be gone (its process ended): re-queue what it held now, from the
+        acknowledged rows, instead of waiting for its heartbeat to time out."""
+        with self._lock:
+            self.executors.pop(executor, None)
+            for item_id in list(self._by_executor.pop(executor, set())):
+                item = self.items[item_id]
+                item.executor = None
+                if item.state in (LEASED, SENT):
+                    self._set_state(item, PENDING)
 
     # --- state helpers ---------------------------------------------------------------------------
 
@@ -313,6 +366,11 @@ class Dispatcher:
 
     def finished(self) -> bool:
         with self._lock:
+            return self.sealed and len(self._task_done) == len(self.tasks)
+
+    def idle(self) -> bool:
+        """Every task known so far is done (more may still be appended when unsealed)."""
+        with self._lock:
             return len(self._task_done) == len(self.tasks)
 
     def progress(self) -> dict[str, list[tuple[int, int]]]:
@@ -336,6 +394,7 @@ class Dispatcher:
                     n: {"location": e.location, "metrics": e.metrics}
                     for n, e in sorted(self.executors.items())
                 },
-                "finished": len(self._task_done) == len(self.tasks),
+                "finished": self.sealed and len(self._task_done) == len(self.tasks),
+                "idle": len(self._task_done) == len(self.tasks),
                 "failed": self.failed(),
             }

@@ -1,12 +1,13 @@
 """The dispatcher as a service: a Flight server whose actions are the dispatcher's methods.
 
-It will be hosted by the master (issue "Resource unification"); today tests and the benchmark host
-it in-process. Binds 127.0.0.1 unless told otherwise; every call needs the job token.
+The master hosts it for a job; a standalone trainer, tests and benchmarks host it in-process.
+Binds 127.0.0.1 unless told otherwise; every call needs the job token.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -23,6 +24,19 @@ class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
         self.dispatcher = dispatcher
         self.location = f"grpc://{host}:{self.port}"
         self._thread: threading.Thread | None = None
+        # Executors that lease nothing (trainers) report their telemetry here and pick up commands
+        # from the master (e.g. a savepoint) in the answer.
+        self._reports_lock = threading.Lock()
+        self.reports: dict[str, tuple[float, dict[str, Any]]] = {}
+        self.commands: dict[str, list[dict[str, Any]]] = {}
+
+    def send_command(self, executor: str, command: dict[str, Any]) -> None:
+        with self._reports_lock:
+            self.commands.setdefault(executor, []).append(command)
+
+    def take_reports(self) -> dict[str, tuple[float, dict[str, Any]]]:
+        with self._reports_lock:
+            return dict(self.reports)
 
     def start(self) -> DispatcherServer:
         self._thread = threading.Thread(target=self.serve, name="primus-dispatcher", daemon=True)
@@ -37,7 +51,18 @@ class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         return [
             (name, "")
-            for name in ("register", "heartbeat", "lease", "release", "fail", "ack", "finished", "status")
+            for name in (
+                "register",
+                "heartbeat",
+                "lease",
+                "release",
+                "fail",
+                "ack",
+                "finished",
+                "status",
+                "report",
+                "rewind",
+            )
         ]
 
     def do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
@@ -67,9 +92,17 @@ class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
                 d.ack(task_id, [tuple(r) for r in ranges])
             result = True
         elif kind == "finished":  # O(1): the loader asks this whenever it runs out of batches
-            result = {"finished": d.finished(), "failed": d.failed()}
+            result = {"finished": d.finished(), "failed": d.failed(), "idle": d.idle()}
         elif kind == "status":
             result = d.status()
+        elif kind == "rewind":
+            progress = {t: [tuple(r) for r in ranges] for t, ranges in body["progress"].items()}
+            self.dispatcher = d.rewound(progress)
+            result = True
+        elif kind == "report":
+            with self._reports_lock:
+                self.reports[body["executor"]] = (time.monotonic(), dict(body.get("metrics") or {}))
+                result = {"commands": self.commands.pop(body["executor"], [])}
         else:
             raise flight.FlightServerError(f"unknown action {kind!r}")
         yield dumps(result)
@@ -88,13 +121,27 @@ def _lease_to_dict(lease: Lease) -> dict[str, Any]:
 class DispatcherClient:
     """The executor's and the loader's side of the dispatcher service."""
 
-    def __init__(self, location: str, token: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, location: str, token: str, timeout_s: float = 30.0, grace_s: float = 0.0) -> None:
         self._client = flight.FlightClient(location)
         self._options = call_options(token, timeout_s)
+        # How long an unreachable dispatcher is retried: a job's master may be restarting (it comes
+        # back on the same port with its state from the job store).
+        self.grace_s = grace_s
 
     def _call(self, kind: str, body: dict[str, Any]) -> Any:
-        results: Iterable[Any] = self._client.do_action(flight.Action(kind, dumps(body)), self._options)
-        return loads(next(iter(results)).body.to_pybytes())
+        deadline = time.monotonic() + self.grace_s
+        delay = 0.05
+        while True:
+            try:
+                results: Iterable[Any] = self._client.do_action(
+                    flight.Action(kind, dumps(body)), self._options
+                )
+                return loads(next(iter(results)).body.to_pybytes())
+            except flight.FlightUnavailableError:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
 
     def register(self, executor: str, location: str) -> None:
         self._call("register", {"executor": executor, "location": location})
@@ -119,6 +166,16 @@ class DispatcherClient:
 
     def ack(self, acks: dict[str, list[tuple[int, int]]]) -> None:
         self._call("ack", {"acks": acks})
+
+    def report(self, executor: str, metrics: dict[str, Any]) -> list[dict[str, Any]]:
+        """Telemetry of an executor that leases nothing; returns the master's commands for it."""
+        result: dict[str, Any] = self._call("report", {"executor": executor, "metrics": metrics})
+        commands: list[dict[str, Any]] = result["commands"]
+        return commands
+
+    def rewind(self, progress: dict[str, list[tuple[int, int]]]) -> None:
+        """Reset consumption to a trainer's checkpointed progress (its restart after a crash)."""
+        self._call("rewind", {"progress": progress})
 
     def finished(self) -> dict[str, bool]:
         result: dict[str, bool] = self._call("finished", {})

@@ -36,6 +36,7 @@ from airflow_provider_primus.data.service.wire import dumps, loads
 from airflow_provider_primus.data.sources.files import open_filesystem
 from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMismatchError
 from airflow_provider_primus.process import StopRequested
+from airflow_provider_primus.resources.allotment import AllotmentWatcher
 
 BATCH, END, EOF = "batch", "end", "eof"
 
@@ -82,11 +83,12 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         batch_rows: int = 8192,
         heartbeat_s: float = 1.0,
         passthrough: tuple[str, ...] = (),
+        master_grace_s: float = 0.0,
     ) -> None:
         super().__init__(f"grpc://{host}:{port}", middleware={"auth": TokenAuthFactory(token)})
         self.name = name
         self.location = f"grpc://{host}:{self.port}"
-        self.client = DispatcherClient(dispatcher, token)
+        self.client = DispatcherClient(dispatcher, token, grace_s=master_grace_s)
         self.spec = spec
         self.window = window
         self.batch_rows = batch_rows
@@ -363,9 +365,15 @@ def serve(args: Any, spec: Any, token: str) -> int:
         batch_rows=args.batch_rows,
         passthrough=tuple(args.passthrough or ()),
         heartbeat_s=args.heartbeat_s,
+        master_grace_s=args.master_grace_s,
     )
     # The Flight server already accepts calls; this thread only waits for the end of the job.
     stop = StopRequested()
+    allotment = AllotmentWatcher()  # thread pools follow the backend's allotment (resizes too)
+    granted = allotment.current()
+    if granted is not None:
+        allotment.apply_threads(granted)
+        allotment.start_thread()
     executor.start()
     print(json.dumps({"executor": executor.name, "location": executor.location}), flush=True)
     while not stop.wait(0.5):

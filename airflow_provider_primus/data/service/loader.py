@@ -98,9 +98,16 @@ class PrimusDataLoader:
         poll_s: float = 0.2,
         ack_every_s: float = 0.2,
         stall_timeout_s: float = 600.0,
+        grace_s: float = 0.0,
+        stop_when_idle: bool = False,
     ) -> None:
         self._token = token
-        self._dispatcher = DispatcherClient(dispatcher, token)
+        self._dispatcher = DispatcherClient(dispatcher, token, grace_s=grace_s)
+        # With an open graph (windows appended to a running job) an iteration ends when every task
+        # known so far is consumed; ``idle`` then tells the caller to come back later, not that the
+        # pass is over. Iterating again continues from ``progress()``.
+        self.stop_when_idle = stop_when_idle
+        self.idle = False
         self.sparse, self.dense, self.extra = tuple(sparse), tuple(dense), tuple(extra)
         self.credits = credits
         self.poll_s = poll_s
@@ -146,6 +153,7 @@ class PrimusDataLoader:
         last_ack = time.monotonic()
         last_progress = time.monotonic()
         last_discovery = time.monotonic()
+        self.idle = False
         self._connect_new(self._dispatcher.status())
         try:
             while True:
@@ -162,6 +170,9 @@ class PrimusDataLoader:
                         status = self._dispatcher.status()
                         raise DataServiceError(f"data job failed: {status['quarantined']}") from None
                     if state["finished"] and self._queue.empty():
+                        return
+                    if self.stop_when_idle and state.get("idle") and self._queue.empty():
+                        self.idle = True
                         return
                     try:
                         conn, meta, data = self._queue.get(timeout=self.poll_s)

@@ -1,0 +1,312 @@
+"""The job commands: ``primus run | submit | status | events | scale | stop | master``.
+
+``run`` and ``submit`` take a PrimusJob document; the others take a job name (or the document, whose
+``metadata.name`` is used). Reads come from the job store; changes go through the master's
+authenticated control API, like the Airflow hook's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EXIT = {"Succeeded": 0, "Failed": 1, "Stopped": 3}
+
+
+def _store_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", type=Path, help="the job store (default: $PRIMUS_HOME/jobs.sqlite)")
+
+
+def register(sub: Any) -> None:
+    run = sub.add_parser(
+        "run",
+        help="run a PrimusJob with its master in the foreground (live status line)",
+        description="Submit the job (unless a job of that name exists and has not ended: then its master "
+        "is restarted and re-adopts the running executors) and run its master in this process until the "
+        "job ends. Exit code 0: succeeded, 1: failed, 3: stopped.",
+    )
+    run.add_argument("job", type=Path, help="the PrimusJob document (YAML or JSON)")
+    run.add_argument("--replace", action="store_true", help="delete an ended job of the same name first")
+    run.add_argument("--quiet", action="store_true", help="no live status line")
+    _store_arg(run)
+    run.set_defaults(handler=cmd_run)
+
+    submit = sub.add_parser(
+        "submit",
+        help="submit a PrimusJob and start its master in the background",
+        description="Validate the job and every document it references, store it and start its master as "
+        "a background process (log: $PRIMUS_HOME/jobs/NAME/master.log). Prints the job name.",
+    )
+    submit.add_argument("job", type=Path, help="the PrimusJob document (YAML or JSON)")
+    submit.add_argument(
+        "--label", action="append", default=[], help="KEY=VALUE label for lookups (repeatable)"
+    )
+    submit.add_argument("--replace", action="store_true", help="delete an ended job of the same name first")
+    _store_arg(submit)
+    submit.set_defaults(handler=cmd_submit)
+
+    status = sub.add_parser("status", help="print a job's status", description="Print the job's status.")
+    status.add_argument("job", help="job name (or its document)")
+    status.add_argument("--json", action="store_true", help="the whole status object as JSON")
+    _store_arg(status)
+    status.set_defaults(handler=cmd_status)
+
+    events = sub.add_parser("events", help="print a job's events", description="Print the job's events.")
+    events.add_argument("job", help="job name (or its document)")
+    events.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing new events until the job ends"
+    )
+    events.add_argument("--json", action="store_true", help="one JSON object per line")
+    _store_arg(events)
+    events.set_defaults(handler=cmd_events)
+
+    scale = sub.add_parser(
+        "scale",
+        help="set a role's executor count (manual scaling)",
+        description="Ask the job's master to run REPLICAS executors of ROLE (clamped to the role's bounds).",
+    )
+    scale.add_argument("job", help="job name (or its document)")
+    scale.add_argument("--role", required=True, choices=("data", "trainer", "evaluator"))
+    scale.add_argument("--replicas", type=int, required=True)
+    _store_arg(scale)
+    scale.set_defaults(handler=cmd_scale)
+
+    stop = sub.add_parser("stop", help="stop a job", description="Ask the job's master to stop the job.")
+    stop.add_argument("job", help="job name (or its document)")
+    stop.add_argument("--wait", action="store_true", help="wait until the job has stopped")
+    _store_arg(stop)
+    stop.set_defaults(handler=cmd_stop)
+
+    master = sub.add_parser(
+        "master",
+        help="run the master of a submitted job (what submit starts)",
+        description="Run the master of an already submitted job in the foreground.",
+    )
+    master.add_argument("name", help="job name")
+    _store_arg(master)
+    master.set_defaults(handler=cmd_master)
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from airflow_provider_primus.master.store import SqliteJobStore
+
+    return SqliteJobStore(args.store)
+
+
+def _job_name(arg: str) -> str:
+    path = Path(arg)
+    if path.suffix.lower() in (".yaml", ".yml", ".json") and path.is_file():
+        from airflow_provider_primus.spec.loader import read_document
+
+        return str(read_document(path).get("metadata", {}).get("name", arg))
+    return arg
+
+
+def _client(store: Any, name: str) -> Any:
+    from airflow_provider_primus.master.client import ControlClient
+    from airflow_provider_primus.master.jobs import read_token
+
+    api = (store.get(name).status.get("master") or {}).get("api")
+    if not api:
+        raise RuntimeError(f"job {name!r} has no running master")
+    return ControlClient(api, read_token(name))
+
+
+def _submit(args: argparse.Namespace, store: Any, labels: dict[str, str] | None = None) -> tuple[str, bool]:
+    """Returns (name, fresh); an unfinished job of the same name is reused (master restart)."""
+    from airflow_provider_primus.master.jobs import TERMINAL, load_job, submit
+    from airflow_provider_primus.master.store import JobNotFound
+    from airflow_provider_primus.spec.loader import read_document
+
+    document = read_document(args.job)
+    _, stored = load_job(document, args.job.resolve().parent)
+    name = str(stored["metadata"]["name"])
+    try:
+        existing = store.get(name)
+    except JobNotFound:
+        existing = None
+    if existing is not None:
+        if existing.status.get("phase") in TERMINAL:
+            if not args.replace:
+                raise RuntimeError(
+                    f"job {name!r} already ran ({existing.status['phase']}); pass --replace to run it again"
+                )
+            store.delete(name)
+        elif existing.spec != stored:
+            raise RuntimeError(
+                f"job {name!r} is still {existing.status.get('phase', 'Pending')} with a different "
+                "spec; stop it first (`primus stop`) or give this one another name"
+            )
+        else:
+            return name, False
+    submit(args.job, store=store, labels=labels)
+    return name, True
+
+
+def _line(status: dict[str, Any]) -> str:
+    p = status.get("progress", {})
+    ex = status.get("executors", {})
+    running = sum(1 for e in ex.values() if e["state"] == "running")
+    return (
+        f"{status.get('phase')}: {running} executors, data {p.get('tasks_done')}/{p.get('tasks')} tasks, "
+        f"{p.get('acked_rows')} rows acked, trainer step {p.get('trainer_step')}"
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.master.master import Master, MasterError
+    from airflow_provider_primus.spec import SpecError
+
+    store = _store(args)
+    try:
+        name, fresh = _submit(args, store)
+        last = [0.0]
+
+        def show(status: dict[str, Any]) -> None:
+            if not args.quiet and time.monotonic() - last[0] >= 2.0:
+                print(_line(status), file=sys.stderr, flush=True)
+                last[0] = time.monotonic()
+
+        master = Master(name, store, on_status=show)
+    except (SpecError, MasterError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"job {name}: {'submitted' if fresh else 'master restarted'}; control API {master.api.url}",
+        file=sys.stderr,
+    )
+    try:
+        phase = master.run()
+    except KeyboardInterrupt:
+        print(
+            "interrupted: the job's executors keep running; `primus run` again re-adopts them",
+            file=sys.stderr,
+        )
+        return 130
+    status = store.get(name).status
+    print(
+        json.dumps(
+            {
+                "job": name,
+                "phase": phase,
+                "message": status.get("message"),
+                "progress": status.get("progress"),
+            }
+        )
+    )
+    return EXIT.get(phase, 1)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.master.jobs import start_master, wait_for
+    from airflow_provider_primus.spec import SpecError
+
+    store = _store(args)
+    labels = dict(item.split("=", 1) for item in args.label if "=" in item)
+    try:
+        name, fresh = _submit(args, store, labels)
+    except (SpecError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if fresh or not (store.get(name).status.get("master") or {}).get("pid"):
+        start_master(name, store_path=args.store)
+    try:
+        wait_for(store, name, lambda r: bool(r.status.get("master")), timeout_s=60)
+    except TimeoutError as exc:
+        print(f"error: the master did not start: {exc}", file=sys.stderr)
+        return 1
+    print(name)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.master.store import JobNotFound
+
+    try:
+        status = _store(args).get(_job_name(args.job)).status
+    except JobNotFound as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    status.pop("data_progress", None)
+    if args.json:
+        print(json.dumps(status, sort_keys=True))
+        return 0
+    print(_line(status))
+    for name, ex in status.get("executors", {}).items():
+        a = ex["handle"]["allotment"]
+        t = ex.get("telemetry") or {}
+        print(
+            f"  {name:<12} {ex['state']:<9} pid {ex['handle']['ref'].get('pid')}  cpu {a['cpu']:g}  "
+            f"mem {a['memory'] // 2**20} MiB  util {t.get('cpu_util', '-')}  "
+            f"rss {t.get('rss', 0) // 2**20} MiB  "
+            f"restarts {ex['restarts']}"
+        )
+    if status.get("message"):
+        print(f"  message: {status['message']}")
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.master.jobs import TERMINAL
+
+    store = _store(args)
+    name = _job_name(args.job)
+    after = 0
+    while True:
+        for event in store.events(name, after):
+            after = event.seq
+            if args.json:
+                print(json.dumps(event.to_dict()), flush=True)
+            else:
+                stamp = time.strftime("%H:%M:%S", time.localtime(event.t))
+                who = f" [{event.executor}]" if event.executor else ""
+                print(f"{stamp} {event.type}{who}: {event.message}", flush=True)
+        if not args.follow or store.get(name).status.get("phase") in TERMINAL:
+            return 0
+        time.sleep(0.5)
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    try:
+        result = _client(_store(args), _job_name(args.job)).scale(args.role, args.replicas)
+    except Exception as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.master.jobs import TERMINAL, wait_for
+    from airflow_provider_primus.master.store import modify
+
+    store = _store(args)
+    name = _job_name(args.job)
+    try:
+        _client(store, name).stop()
+    except Exception as exc:  # no master answering: record the intent for its next start
+        print(f"note: {exc}; the stop is recorded for the master's next start", file=sys.stderr)
+        modify(store, name, lambda r: {**r.desired, "stop": True})
+    if args.wait:
+        wait_for(store, name, lambda r: r.status.get("phase") in TERMINAL, timeout_s=120)
+    print(json.dumps({"job": name, "stop": "requested"}))
+    return 0
+
+
+def cmd_master(args: argparse.Namespace) -> int:
+    import logging
+
+    from airflow_provider_primus.master.master import Master, MasterError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        master = Master(args.name, _store(args))
+    except MasterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    phase = master.run()
+    return EXIT.get(phase, 1)

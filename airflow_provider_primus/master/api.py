@@ -1,0 +1,139 @@
+"""The master's control API: a small authenticated HTTP surface over the job object.
+
+Every request needs ``Authorization: Bearer <job token>`` (compared in constant time; the token is
+never logged). Writes do not act directly: they record intent in the job's ``desired`` part and the
+reconcile loop carries it out, so a request that arrives while the master restarts is not lost and
+the same request twice does no more than once. Bound to 127.0.0.1 unless the job says otherwise.
+"""
+
+from __future__ import annotations
+
+import hmac
+import socket
+import threading
+import time
+from typing import Any, Literal, Protocol
+
+import uvicorn
+from fastapi import Depends, FastAPI, HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from airflow_provider_primus.spec.data import UtcDatetime
+
+
+class Control(Protocol):
+    """What the API needs from the master."""
+
+    def status_view(self) -> dict[str, Any]: ...
+    def events_view(self, after: int, limit: int) -> list[dict[str, Any]]: ...
+    def request(self, change: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScaleRequest(_Body):
+    role: Literal["data", "trainer", "evaluator"]
+    replicas: int = Field(ge=0)
+
+
+class ResizeRequest(_Body):
+    executor: str
+    cpu: float | None = Field(default=None, gt=0)
+    memory: int | None = Field(default=None, ge=16 * 2**20)
+
+
+class WindowRequest(_Body):
+    start: UtcDatetime
+    end: UtcDatetime
+
+
+class SavepointRequest(_Body):
+    id: str | None = None
+
+
+def create_app(control: Control, token: str) -> FastAPI:
+    app = FastAPI(title="Primus job control", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def authorized(request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
+            raise HTTPException(status_code=401, detail="missing or wrong job token")
+
+    auth = [Depends(authorized)]
+
+    @app.get("/v1/status", dependencies=auth)
+    def status() -> dict[str, Any]:
+        return control.status_view()
+
+    @app.get("/v1/events", dependencies=auth)
+    def events(after: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        return control.events_view(after, limit)
+
+    @app.post("/v1/scale", dependencies=auth)
+    def scale(body: ScaleRequest) -> dict[str, Any]:
+        return control.request({"scale": {body.role: body.replicas}})
+
+    @app.post("/v1/resize", dependencies=auth)
+    def resize(body: ResizeRequest) -> dict[str, Any]:
+        want = {k: v for k, v in (("cpu", body.cpu), ("memory", body.memory)) if v is not None}
+        return control.request({"resize": {body.executor: want}})
+
+    @app.post("/v1/windows", dependencies=auth)
+    def append_window(body: WindowRequest) -> dict[str, Any]:
+        if body.end <= body.start:
+            raise HTTPException(status_code=422, detail="end must be after start")
+        return control.request({"window": {"start": body.start.isoformat(), "end": body.end.isoformat()}})
+
+    @app.post("/v1/savepoint", dependencies=auth)
+    def savepoint(body: SavepointRequest) -> dict[str, Any]:
+        return control.request({"savepoint": body.id or f"sp-{int(time.time() * 1000)}"})
+
+    @app.post("/v1/suspend", dependencies=auth)
+    def suspend() -> dict[str, Any]:
+        return control.request({"suspend": True})
+
+    @app.post("/v1/resume", dependencies=auth)
+    def resume() -> dict[str, Any]:
+        return control.request({"suspend": False})
+
+    @app.post("/v1/stop", dependencies=auth)
+    def stop() -> dict[str, Any]:
+        return control.request({"stop": True})
+
+    return app
+
+
+class ApiServer:
+    """uvicorn in a thread, on a socket we bind ourselves (so the port is known before serving)."""
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.host, self.port = host, self.sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._serve, name="primus-control-api", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def _serve(self) -> None:
+        self.server.run(sockets=[self.sock])
+
+    def start(self) -> ApiServer:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=10)
+        self.sock.close()

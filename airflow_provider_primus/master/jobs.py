@@ -1,0 +1,169 @@
+"""Submitting a job: validate every document it references, store it, give it a token and a home.
+
+A job's files live under ``PRIMUS_HOME/jobs/<name>/``: the token (mode 0600, read by the CLI and the
+Airflow hook, never logged), the master's log, one log and allotment file per executor, and the
+trainer's work directory (checkpoints, published model) that survives restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_primus.data.service.auth import new_token
+from airflow_provider_primus.master.store import JobRecord, JobStore, SqliteJobStore
+from airflow_provider_primus.paths import primus_home
+from airflow_provider_primus.spec.errors import SpecError, SpecIssue
+from airflow_provider_primus.spec.job import PrimusJob, validate_job_spec
+from airflow_provider_primus.spec.loader import load_data_spec, load_training_spec, read_document
+from airflow_provider_primus.spec.training import check_against, default_training
+
+TERMINAL = ("Succeeded", "Failed", "Stopped")
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    root: Path
+
+    @property
+    def token(self) -> Path:
+        return self.root / "token"
+
+    @property
+    def master_log(self) -> Path:
+        return self.root / "master.log"
+
+    @property
+    def executors(self) -> Path:
+        return self.root / "executors"
+
+    @property
+    def workdir(self) -> Path:
+        return self.root / "train"
+
+
+def job_paths(name: str, home: Path | None = None) -> JobPaths:
+    return JobPaths((home or primus_home()) / "jobs" / name)
+
+
+def read_token(name: str, home: Path | None = None) -> str:
+    return job_paths(name, home).token.read_text().strip()
+
+
+def load_job(document: Mapping[str, Any], base: Path) -> tuple[PrimusJob, dict[str, Any]]:
+    """Validate the job and the documents it references; returns the job and its stored form (paths
+    made absolute so the master does not depend on the submitter's working directory)."""
+    job = validate_job_spec(document)
+    spec = job.spec
+    data_path = (base / spec.data).resolve()
+    training_path = (base / spec.training).resolve() if spec.training else None
+    issues: list[SpecIssue] = []
+
+    def referenced(field: str, exc: SpecError) -> SpecError:
+        return SpecError(SpecIssue(field, f"{i.path}: {i.message}") for i in exc.issues)
+
+    try:
+        data = load_data_spec(data_path)
+    except SpecError as exc:
+        raise referenced("spec.data", exc) from None
+    try:
+        training = (
+            load_training_spec(training_path) if training_path else default_training(job.metadata.name, data)
+        )
+        check_against(training, data)  # its issues are the training document's to fix
+    except SpecError as exc:
+        raise referenced("spec.training", exc) from None
+    files = [s for s in data.spec.sources if s.type == "files"]
+    if len(files) > 1:
+        issues.append(
+            SpecIssue(
+                "spec.data",
+                "a job serves one files source through its data service (this data has "
+                f"{len(files)}: {', '.join(s.name for s in files)})",
+            )
+        )
+    if spec.roles.trainer.replicas.min != 1:
+        issues.append(
+            SpecIssue("spec.roles.trainer.replicas", "the local backend runs one trainer executor per job")
+        )
+    if spec.roles.evaluator is not None:
+        issues.append(
+            SpecIssue(
+                "spec.roles.evaluator",
+                "not supported by the local backend yet (holdout "
+                "evaluation runs in the trainer: training spec evaluation.holdout)",
+            )
+        )
+    if spec.backend.type != "local":
+        issues.append(SpecIssue("spec.backend.type", "only 'local' is available (kubernetes: issue #8)"))
+    if files and data.spec.window is None and not spec.follow:
+        issues.append(SpecIssue("spec.data", "the data document needs spec.window (the historical window)"))
+    if issues:
+        raise SpecError(issues)
+    stored = job.model_dump(mode="json", by_alias=True, exclude_none=True)
+    stored["spec"]["data"] = str(data_path)
+    if training_path:
+        stored["spec"]["training"] = str(training_path)
+    return job, stored
+
+
+def submit(
+    path: Path,
+    *,
+    store: JobStore | None = None,
+    labels: Mapping[str, str] | None = None,
+    home: Path | None = None,
+) -> JobRecord:
+    store = store or SqliteJobStore()
+    _, stored = load_job(read_document(path), path.resolve().parent)
+    name = stored["metadata"]["name"]
+    record = store.create(name, stored, labels)
+    paths = job_paths(name, home)
+    try:
+        if paths.root.exists():  # a replaced job's checkpoints and logs must not leak into this one
+            shutil.rmtree(paths.root)
+        paths.root.mkdir(parents=True)
+        fd = os.open(paths.token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(new_token())
+    except OSError:
+        store.delete(name)  # no job without its token
+        raise
+    store.add_event(name, "Submitted", f"job {name!r} submitted")
+    return record
+
+
+def start_master(name: str, *, store_path: Path | None = None, home: Path | None = None) -> int:
+    """Start the job's master in the background (its own session, outliving this process)."""
+    paths = job_paths(name, home)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "airflow_provider_primus.cli.main", "master", name]
+    if store_path is not None:
+        command += ["--store", str(store_path)]
+    with open(paths.master_log, "ab") as log:
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    return proc.pid
+
+
+def wait_for(store: JobStore, name: str, predicate: Any, timeout_s: float, poll_s: float = 0.1) -> JobRecord:
+    """The record once ``predicate(record)`` holds; TimeoutError with the last status otherwise."""
+    deadline = time.monotonic() + timeout_s
+    record = store.get(name)
+    while not predicate(record):
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"job {name!r}: condition not met in {timeout_s}s; status {json.dumps(record.status)[:2000]}"
+            )
+        store.watch(name, record.version, min(poll_s * 10, max(0.0, deadline - time.monotonic())))
+        record = store.get(name)
+    return record

@@ -1,0 +1,280 @@
+"""The job store: the job object is the single source of truth the master reconciles against.
+
+A job object has four parts, like a Kubernetes object: ``spec`` (as submitted, immutable),
+``desired`` (runtime intent others may change: manual replicas, suspend, stop, appended windows —
+on Kubernetes these become spec fields), ``status`` (written by the master only) and ``version``
+(every write bumps it; a write names the version it read and fails on a mismatch — optimistic
+concurrency, so two writers never silently overwrite each other). Events are an append-only log.
+
+``JobStore`` is the interface; ``SqliteJobStore`` keeps it in one SQLite file under PRIMUS_HOME,
+shared safely by the master, the CLI and Airflow workers (WAL mode, short transactions).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from airflow_provider_primus.paths import primus_home
+
+
+class JobNotFound(KeyError):
+    def __str__(self) -> str:
+        return f"no job named {self.args[0]!r}"
+
+
+class JobExists(ValueError):
+    pass
+
+
+class Conflict(RuntimeError):
+    """The object changed since it was read: re-read, re-apply, retry."""
+
+
+@dataclass
+class JobRecord:
+    name: str
+    version: int
+    spec: dict[str, Any]
+    desired: dict[str, Any] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    created: float = 0.0
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    t: float  # wall clock, seconds
+    job: str
+    type: str
+    message: str
+    executor: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "time": self.t,
+            "type": self.type,
+            "executor": self.executor,
+            "message": self.message,
+            "data": self.data,
+        }
+
+
+class JobStore(Protocol):
+    def create(
+        self, name: str, spec: Mapping[str, Any], labels: Mapping[str, str] | None = None
+    ) -> JobRecord: ...
+    def get(self, name: str) -> JobRecord: ...
+    def find(self, labels: Mapping[str, str] | None = None) -> list[JobRecord]: ...
+    def update(
+        self,
+        name: str,
+        version: int,
+        *,
+        status: Mapping[str, Any] | None = None,
+        desired: Mapping[str, Any] | None = None,
+    ) -> JobRecord: ...
+    def delete(self, name: str) -> None: ...
+    def watch(self, name: str, since_version: int, timeout_s: float) -> JobRecord | None: ...
+    def add_event(
+        self,
+        job: str,
+        type: str,
+        message: str,
+        executor: str | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> Event: ...
+    def events(self, job: str, after: int = 0, limit: int = 1000) -> list[Event]: ...
+
+
+def modify(
+    store: JobStore, name: str, change: Callable[[JobRecord], Mapping[str, Any]], *, part: str = "desired"
+) -> JobRecord:
+    """Read-modify-write with retries on conflict: ``change`` returns the new ``desired``/``status``."""
+    for _ in range(50):
+        record = store.get(name)
+        new = dict(change(record))
+        try:
+            if part == "desired":
+                return store.update(name, record.version, desired=new)
+            return store.update(name, record.version, status=new)
+        except Conflict:
+            continue
+    raise Conflict(f"job {name!r}: too many concurrent writers")
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    name TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    spec TEXT NOT NULL,
+    desired TEXT NOT NULL,
+    status TEXT NOT NULL,
+    labels TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    job TEXT NOT NULL,
+    t REAL NOT NULL,
+    type TEXT NOT NULL,
+    executor TEXT,
+    message TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_job ON events (job, seq);
+"""
+
+
+def default_store_path() -> Path:
+    return primus_home() / "jobs.sqlite"
+
+
+class SqliteJobStore:
+    def __init__(self, path: Path | None = None, poll_s: float = 0.05) -> None:
+        self.path = path or default_store_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.poll_s = poll_s
+        self._local = threading.local()
+        self._db().executescript(_SCHEMA)  # idempotent; executescript manages its own transaction
+
+    def _db(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            self._local.db = db
+        return db
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    @staticmethod
+    def _record(row: tuple[Any, ...]) -> JobRecord:
+        name, version, spec, desired, status, labels, created = row
+        return JobRecord(
+            name,
+            version,
+            json.loads(spec),
+            json.loads(desired),
+            json.loads(status),
+            json.loads(labels),
+            created,
+        )
+
+    def create(
+        self, name: str, spec: Mapping[str, Any], labels: Mapping[str, str] | None = None
+    ) -> JobRecord:
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM jobs WHERE name = ?", (name,)).fetchone():
+                raise JobExists(f"a job named {name!r} already exists")
+            db.execute(
+                "INSERT INTO jobs VALUES (?, 1, ?, '{}', '{}', ?, ?)",
+                (name, json.dumps(spec), json.dumps(dict(labels or {})), time.time()),
+            )
+        return self.get(name)
+
+    def get(self, name: str) -> JobRecord:
+        row = self._db().execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise JobNotFound(name)
+        return self._record(row)
+
+    def find(self, labels: Mapping[str, str] | None = None) -> list[JobRecord]:
+        rows = self._db().execute("SELECT * FROM jobs ORDER BY name").fetchall()
+        records = [self._record(r) for r in rows]
+        wanted = dict(labels or {})
+        return [r for r in records if all(r.labels.get(k) == v for k, v in wanted.items())]
+
+    def update(
+        self,
+        name: str,
+        version: int,
+        *,
+        status: Mapping[str, Any] | None = None,
+        desired: Mapping[str, Any] | None = None,
+    ) -> JobRecord:
+        with self._tx() as db:
+            row = db.execute("SELECT version FROM jobs WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise JobNotFound(name)
+            if row[0] != version:
+                raise Conflict(f"job {name!r} is at version {row[0]}, not {version}")
+            if status is not None:
+                db.execute("UPDATE jobs SET status = ? WHERE name = ?", (json.dumps(status), name))
+            if desired is not None:
+                db.execute("UPDATE jobs SET desired = ? WHERE name = ?", (json.dumps(desired), name))
+            db.execute("UPDATE jobs SET version = version + 1 WHERE name = ?", (name,))
+        return self.get(name)
+
+    def close(self) -> None:
+        """Close this thread's connection (each thread that used the store has its own)."""
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    def delete(self, name: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM jobs WHERE name = ?", (name,))
+            db.execute("DELETE FROM events WHERE job = ?", (name,))
+
+    def watch(self, name: str, since_version: int, timeout_s: float) -> JobRecord | None:
+        """The record once its version is newer than ``since_version``; None on timeout. Polls the
+        file (SQLite has no cross-process notifications); a poll is one indexed read."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            record = self.get(name)
+            if record.version > since_version:
+                return record
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(self.poll_s)
+
+    def add_event(
+        self,
+        job: str,
+        type: str,
+        message: str,
+        executor: str | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> Event:
+        t = time.time()
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO events (job, t, type, executor, message, data) VALUES (?, ?, ?, ?, ?, ?)",
+                (job, t, type, executor, message, json.dumps(dict(data or {}))),
+            )
+            seq = int(cur.lastrowid or 0)
+        return Event(seq, t, job, type, message, executor, dict(data or {}))
+
+    def events(self, job: str, after: int = 0, limit: int = 1000) -> list[Event]:
+        rows = (
+            self._db()
+            .execute(
+                "SELECT seq, t, job, type, message, executor, data FROM events WHERE job = ? AND seq > ? "
+                "ORDER BY seq LIMIT ?",
+                (job, after, limit),
+            )
+            .fetchall()
+        )
+        return [Event(s, t, j, ty, m, e, json.loads(d)) for s, t, j, ty, m, e, d in rows]

@@ -1,0 +1,1 @@
+"""Resources: the executor contract (``backend.py``), its backends, telemetry and the autoscaler."""

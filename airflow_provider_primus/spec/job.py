@@ -1,0 +1,321 @@
+"""PrimusJob: what a job runs on — roles, their resources and bounds, failover, scaling, backend.
+
+The data and training documents say *what* is read and trained; this one says with which executors.
+Quantities are written the Kubernetes way (``cpu: 500m`` or ``0.5``; ``memory: 512Mi``) so the same
+document becomes a custom resource unchanged (issue "Kubernetes backend"). ``status`` belongs to
+the master alone: a submitted document that carries one is refused rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, Strict, ValidationError, model_validator
+
+from airflow_provider_primus.spec.data import Metadata, NonEmptyStr, PositiveFloat, PositiveInt, StrictModel
+from airflow_provider_primus.spec.errors import (
+    SpecError,
+    SpecIssue,
+    issues_from_validation_error,
+    raise_issues,
+)
+
+RoleName = Literal["data", "trainer", "evaluator"]
+ROLES: tuple[str, ...] = ("data", "trainer", "evaluator")
+ScalingAction = Literal["scale_out", "scale_in", "resize_cpu", "resize_memory"]
+ALL_ACTIONS: tuple[str, ...] = ("scale_out", "scale_in", "resize_cpu", "resize_memory")
+NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
+StrictBool = Annotated[bool, Strict()]
+Fraction = Annotated[float, Strict(), Field(gt=0, lt=1, allow_inf_nan=False)]
+
+_CPU = re.compile(r"(?P<milli>[0-9]+)m|(?P<cores>[0-9]+(?:\.[0-9]+)?)")
+_MEMORY = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<unit>Ki|Mi|Gi|Ti|k|K|M|G|T)?")
+_UNITS = {
+    None: 1,
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+
+
+def parse_cpu(value: Any) -> float:
+    """Cores as a float: ``0.5``, ``2`` or Kubernetes millicores ``"500m"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number of cores or millicores like '500m' (got {value!r})")
+    if isinstance(value, int | float):
+        cores = float(value)
+    elif isinstance(value, str) and (match := _CPU.fullmatch(value.strip())):
+        cores = int(match["milli"]) / 1000 if match["milli"] else float(match["cores"])
+    else:
+        raise ValueError(f"must be a number of cores or millicores like '500m' (got {value!r})")
+    if not 0 < cores <= 1024:
+        raise ValueError(f"must be more than 0 cores and at most 1024 (got {value!r})")
+    return round(cores, 3)
+
+
+def parse_memory(value: Any) -> int:
+    """Bytes as an int: ``536870912``, ``512Mi``, ``2Gi``, ``500M``."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be bytes or a quantity like '512Mi' (got {value!r})")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str) and (match := _MEMORY.fullmatch(value.strip())):
+        size = int(float(match["number"]) * _UNITS[match["unit"]])
+    else:
+        raise ValueError(f"must be bytes or a quantity like '512Mi', '2Gi' (got {value!r})")
+    if size < 16 * 2**20:
+        raise ValueError(f"must be at least 16Mi (got {value!r})")
+    return size
+
+
+def format_memory(size: int) -> str:
+    for unit, factor in (("Gi", 2**30), ("Mi", 2**20)):
+        if size >= factor and size % (factor // 16) == 0:
+            return f"{size / factor:g}{unit}"
+    return str(size)
+
+
+Cpu = Annotated[
+    float,
+    BeforeValidator(parse_cpu),
+    Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
+]
+Memory = Annotated[
+    int,
+    BeforeValidator(parse_memory),
+    Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
+]
+
+
+class Replicas(StrictModel):
+    """Executor count: the autoscaler moves it within [min, max]; ``initial`` is where it starts."""
+
+    min: NonNegativeInt = 1
+    initial: NonNegativeInt | None = None
+    max: NonNegativeInt | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Replicas:
+        initial = self.start
+        top = self.top
+        issues = []
+        if initial < self.min:
+            issues.append((("initial",), f"must be at least min ({self.min}), got {initial}"))
+        if self.max is not None and top < max(self.min, initial):
+            issues.append(
+                (("max",), f"must be at least min and initial ({max(self.min, initial)}), got {top}")
+            )
+        if issues:
+            raise_issues(issues)
+        return self
+
+    @property
+    def start(self) -> int:
+        return self.initial if self.initial is not None else self.min
+
+    @property
+    def top(self) -> int:
+        return self.max if self.max is not None else self.start
+
+
+class CpuBounds(StrictModel):
+    min: Cpu | None = None
+    max: Cpu | None = None
+
+
+class MemoryBounds(StrictModel):
+    min: Memory | None = None
+    max: Memory | None = None
+
+
+class Bounds(StrictModel):
+    """Vertical bounds; an unset bound is the requested value (no vertical scaling that way)."""
+
+    cpu: CpuBounds = Field(default_factory=CpuBounds)
+    memory: MemoryBounds = Field(default_factory=MemoryBounds)
+
+
+class Resources(StrictModel):
+    cpu: Cpu = 1.0
+    memory: Memory = 2**30
+    bounds: Bounds = Field(default_factory=Bounds)
+
+    @model_validator(mode="after")
+    def _within_bounds(self) -> Resources:
+        issues = []
+        c, m = self.bounds.cpu, self.bounds.memory
+        if c.min is not None and c.min > self.cpu:
+            issues.append((("bounds", "cpu", "min"), f"must not exceed cpu ({self.cpu:g}), got {c.min:g}"))
+        if c.max is not None and c.max < self.cpu:
+            issues.append((("bounds", "cpu", "max"), f"must not be below cpu ({self.cpu:g}), got {c.max:g}"))
+        if m.min is not None and m.min > self.memory:
+            issues.append(
+                (("bounds", "memory", "min"), f"must not exceed memory ({format_memory(self.memory)})")
+            )
+        if m.max is not None and m.max < self.memory:
+            issues.append(
+                (("bounds", "memory", "max"), f"must not be below memory ({format_memory(self.memory)})")
+            )
+        if issues:
+            raise_issues(issues)
+        return self
+
+    @property
+    def cpu_range(self) -> tuple[float, float]:
+        c = self.bounds.cpu
+        return (c.min if c.min is not None else self.cpu, c.max if c.max is not None else self.cpu)
+
+    @property
+    def memory_range(self) -> tuple[int, int]:
+        m = self.bounds.memory
+        return (m.min if m.min is not None else self.memory, m.max if m.max is not None else self.memory)
+
+
+class Failover(StrictModel):
+    """A failed executor is restarted up to ``max_restarts`` times; then the job fails, or (``continue``)
+    goes on without it while at least ``replicas.min`` executors of the role remain."""
+
+    max_restarts: NonNegativeInt = 3
+    on_exhausted: Literal["fail", "continue"] = "fail"
+
+
+class Role(StrictModel):
+    replicas: Replicas = Field(default_factory=Replicas)
+    resources: Resources = Field(default_factory=Resources)
+    failover: Failover = Field(default_factory=Failover)
+
+
+class Roles(StrictModel):
+    data: Role = Field(default_factory=Role)
+    trainer: Role = Field(default_factory=Role)
+    evaluator: Role | None = None
+
+    @model_validator(mode="after")
+    def _trainers_fixed(self) -> Roles:
+        r = self.trainer.replicas
+        if not (r.min == r.start == r.top) or r.min < 1:
+            raise_issues(
+                [
+                    (
+                        ("trainer", "replicas"),
+                        "data-parallel trainers form a fixed world: min, initial and max must be equal "
+                        f"and at least 1 (got min={r.min}, initial={r.start}, max={r.top}); scale "
+                        "trainers vertically",
+                    )
+                ]
+            )
+        return self
+
+    def get(self, name: str) -> Role | None:
+        role: Role | None = getattr(self, name)
+        return role
+
+
+class Targets(StrictModel):
+    """Utilisation the autoscaler steers towards. ``starvation`` is the share of a trainer's time spent
+    waiting for data above which it asks for more data executors."""
+
+    cpu_utilization: Fraction = 0.8
+    memory_utilization: Fraction = 0.75
+    starvation: Fraction = 0.2
+
+
+class MaxStep(StrictModel):
+    """The most one decision may change: executors added or removed, cores, memory factor."""
+
+    replicas: PositiveInt = 1
+    cpu: Cpu = 1.0
+    memory_factor: Annotated[float, Strict(), Field(gt=1, le=4, allow_inf_nan=False)] = 1.5
+
+
+def _all_actions() -> list[ScalingAction]:
+    return ["scale_out", "scale_in", "resize_cpu", "resize_memory"]
+
+
+class Scaling(StrictModel):
+    enabled: StrictBool = True
+    actions: list[ScalingAction] = Field(default_factory=_all_actions)
+    targets: Targets = Field(default_factory=Targets)
+    # Decisions look at this much telemetry (and never at less); a decision is not reversed within it.
+    window_s: PositiveFloat = 10.0
+    # Quiet time after a decision on the same role (horizontal) or executor (vertical).
+    cooldown_s: PositiveFloat = 15.0
+    max_step: MaxStep = Field(default_factory=MaxStep)
+
+
+class KubernetesBackend(StrictModel):
+    namespace: NonEmptyStr = "default"
+    image: NonEmptyStr | None = None
+    context: NonEmptyStr | None = None
+
+
+class Backend(StrictModel):
+    type: Literal["local", "kubernetes"] = "local"
+    kubernetes: KubernetesBackend | None = None
+
+
+class Control(StrictModel):
+    """Where the master's control API and dispatcher listen: loopback unless configured."""
+
+    host: NonEmptyStr = "127.0.0.1"
+    port: Annotated[int, Strict(), Field(ge=0, le=65535)] = 0
+
+
+class DataService(StrictModel):
+    window: PositiveInt = 8
+    batch_rows: PositiveInt = 8192
+    max_attempts: PositiveInt = 3
+    max_failed_share: Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
+    # How long executors and trainers keep retrying while the master is away (its restart).
+    master_grace_s: PositiveFloat = 60.0
+
+
+class JobSpec(StrictModel):
+    # Paths are relative to the job document; ``training`` absent means the embedded defaults.
+    data: NonEmptyStr
+    training: NonEmptyStr | None = None
+    roles: Roles = Field(default_factory=Roles)
+    scaling: Scaling = Field(default_factory=Scaling)
+    backend: Backend = Field(default_factory=Backend)
+    control: Control = Field(default_factory=Control)
+    data_service: DataService = Field(default_factory=DataService)
+    # Keep consuming the stream after its current end (a long-running streaming trainer).
+    follow: StrictBool = False
+    max_steps: PositiveInt | None = None
+    passthrough: list[NonEmptyStr] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _backend_settings(self) -> JobSpec:
+        if self.backend.type == "local" and self.backend.kubernetes is not None:
+            raise_issues([(("backend", "kubernetes"), "only allowed with backend.type 'kubernetes'")])
+        return self
+
+
+class PrimusJob(StrictModel):
+    api_version: Literal["primus.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["PrimusJob"]
+    metadata: Metadata
+    spec: JobSpec
+
+
+def validate_job_spec(document: Mapping[str, Any]) -> PrimusJob:
+    """A validated PrimusJob; a ``status`` in a submitted document is an error (the master owns it)."""
+    issues: list[SpecIssue] = []
+    if isinstance(document, Mapping) and "status" in document:
+        issues.append(SpecIssue("status", "is written by the master only; remove it from the document"))
+        document = {k: v for k, v in document.items() if k != "status"}
+    try:
+        job = PrimusJob.model_validate(document)
+    except ValidationError as exc:
+        raise SpecError(issues + issues_from_validation_error(exc, PrimusJob)) from None
+    if issues:
+        raise SpecError(issues)
+    return job

@@ -44,6 +44,7 @@ from airflow_provider_primus.spec.training import default_training
 log = logging.getLogger(__name__)
 
 RUNNING, REMOVING, COMPLETED, FAILED, REMOVED = "running", "removing", "completed", "failed", "removed"
+MAX_PASS_ERRORS = 20  # consecutive failed passes (about 10 s) before the job is failed
 
 
 class MasterError(RuntimeError):
@@ -278,10 +279,20 @@ class Master:
     # --- the loop -----------------------------------------------------------------------------------
 
     def run(self) -> str:
+        errors = 0
         try:
             while self.phase not in TERMINAL:
                 self.wake.clear()
-                self.reconcile()
+                try:
+                    self.reconcile()
+                    errors = 0
+                except Exception as exc:  # one bad pass must not take a long-running job down
+                    errors += 1
+                    log.exception("reconcile pass failed")
+                    if errors >= MAX_PASS_ERRORS:
+                        self._fail(f"{errors} reconcile passes in a row failed; last: {exc!r}")
+                        break
+                    self._event("ReconcileError", f"{type(exc).__name__}: {exc}")
                 if self.phase in TERMINAL:
                     break
                 self.wake.wait(self.tick_s)

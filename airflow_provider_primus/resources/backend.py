@@ -65,7 +65,7 @@ class Observation:
     t: float
     alive: bool
     cpu_s: float = 0.0
-    rss: int = 0
+    rss: int = 0  # the highest resident memory since the previous observation (watchdog samples too)
     read_bytes: int = 0
     write_bytes: int = 0
     exit_code: int | None = None

@@ -66,6 +66,7 @@ class _Exec:
     bucket: _Bucket | None = None
     active: bool = False  # throttled, watched and counted in the per-core allotment
     pressure_sent: bool = False
+    peak_rss: int = 0  # the watchdog's highest reading since the last observe
     reason: str | None = None
     high: tuple[float, int, int] = (0.0, 0, 0)  # cumulative counters reported: never go back
 
@@ -245,6 +246,11 @@ class LocalBackend:
         return ex
 
     def _pick_cores(self, cpu: float, current: list[int]) -> list[int]:
+        """Whole cores for a whole-number allotment (least allotted first); a fractional one may run
+        on every core and is held to its share by the quota: pinned to one core, three half-core
+        executors would queue on it while another core idles (measured in `primus bench autoscale`)."""
+        if not float(cpu).is_integer():
+            return list(self._cores)
         n = min(len(self._cores), max(1, math.ceil(cpu)))
         if len(current) == n:
             return list(current)  # same count: keep them, caches and all
@@ -303,6 +309,9 @@ class LocalBackend:
         cpu, rss, rd, wr = procfs.usage(pid, links) if alive else (0.0, 0, 0, 0)
         reason = None
         if ex is not None:
+            # Memory is bursty (a file decoded, a batch built): report the peak between two
+            # observations, so a spike the master's pass did not land on still counts.
+            rss, ex.peak_rss = max(rss, ex.peak_rss), 0
             # A descendant that exits unreaped drops out of the sums; the counters must not go back.
             cpu, rd, wr = max(cpu, ex.high[0]), max(rd, ex.high[1]), max(wr, ex.high[2])
             ex.high = (cpu, rd, wr)
@@ -356,6 +365,7 @@ class LocalBackend:
                     if not alive:
                         self._deactivate(ex)
                     else:
+                        ex.peak_rss = max(ex.peak_rss, rss)
                         events += self._check_memory(ex, rss)
             for kind, name, data in events:
                 try:

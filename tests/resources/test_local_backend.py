@@ -157,7 +157,9 @@ def test_launch_pins_cores_and_hands_over_the_allotment(executors: Executors) ->
     assert first.ref["start_time"] == procfs.stat(first.ref["pid"]).start_time  # type: ignore[union-attr]
 
     second, _ = executors.launch(backend, "second", SLEEPER, cpu=0.5)
-    assert second.ref["cores"] == (CORES[1:2] if len(CORES) > 1 else CORES[:1])  # spread out
+    assert second.ref["cores"] == CORES  # a fraction floats over every core, held by its quota
+    third, _ = executors.launch(backend, "third", SLEEPER, cpu=1.0)
+    assert third.ref["cores"] == (CORES[1:2] if len(CORES) > 1 else CORES[:1])  # spread out
 
 
 def test_resize_in_place_moves_every_thread_and_the_executor_follows(executors: Executors) -> None:

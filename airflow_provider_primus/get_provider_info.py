@@ -33,7 +33,57 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Primus",
-                "python-modules": ["airflow_provider_primus.operators.doctor"],
+                "python-modules": [
+                    "airflow_provider_primus.operators.base",
+                    "airflow_provider_primus.operators.doctor",
+                    "airflow_provider_primus.operators.plan",
+                    "airflow_provider_primus.operators.job",
+                ],
+            }
+        ],
+        "hooks": [{"integration-name": "Primus", "python-modules": ["airflow_provider_primus.hooks.primus"]}],
+        "sensors": [
+            {
+                "integration-name": "Primus",
+                "python-modules": [
+                    "airflow_provider_primus.sensors.partitions",
+                    "airflow_provider_primus.sensors.freshness",
+                    "airflow_provider_primus.sensors.job",
+                ],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "Primus",
+                "python-modules": [
+                    "airflow_provider_primus.triggers.job",
+                    "airflow_provider_primus.triggers.partitions",
+                ],
+            }
+        ],
+        "extra-links": ["airflow_provider_primus.links.job.PrimusJobLink"],
+        "connection-types": [
+            {
+                "hook-class-name": "airflow_provider_primus.hooks.primus.PrimusHook",
+                "hook-name": "Primus",
+                "connection-type": "primus",
+                "conn-fields": {
+                    "home": {"label": "PRIMUS_HOME (local backend)", "schema": {"type": ["string", "null"]}},
+                    "backend": {
+                        "label": "Default backend",
+                        "schema": {"type": ["string", "null"], "enum": ["local", "kubernetes", None]},
+                    },
+                    "namespace": {"label": "Kubernetes namespace", "schema": {"type": ["string", "null"]}},
+                    "context": {"label": "Kubernetes context", "schema": {"type": ["string", "null"]}},
+                },
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "login"],
+                    "relabeling": {
+                        "host": "Control API host (optional)",
+                        "password": "Token secret (optional)",
+                    },
+                    "placeholders": {"host": "127.0.0.1", "port": "8765"},
+                },
             }
         ],
     }

@@ -32,6 +32,13 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# Chromium for the UI test in a real headless browser (Debian's package), when this machine can
+# install packages; `primus doctor` does not require it.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "bootstrap: installing chromium (apt) for the UI browser test"
+  apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null; }
+fi
+
 # Kafka jars: resolved once with Maven into ~/.cache/airflow-provider-primus (offline afterwards).
 .venv/bin/primus kafka fetch >/dev/null
 # Everything a run needs except the Airflow DB, which each command sets up for itself.

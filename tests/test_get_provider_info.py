@@ -60,3 +60,43 @@ def test_airflow_providers_list_shows_the_provider() -> None:
     listed = {p["package_name"]: p for p in json.loads(proc.stdout)}
     assert "airflow-provider-primus" in listed
     assert listed["airflow-provider-primus"]["version"] == get_provider_info()["versions"][0]
+
+
+def test_every_airflow_class_is_listed() -> None:
+    """Each hook, operator, sensor and trigger class of the package sits in a module the provider
+    info lists, every extra link is listed by class, and the connection type names the hook."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from airflow.sdk import BaseHook, BaseOperator, BaseOperatorLink
+    from airflow.triggers.base import BaseTrigger
+
+    import airflow_provider_primus
+
+    info = get_provider_info()
+    listed = {
+        m
+        for section in ("operators", "sensors", "hooks", "triggers")
+        for e in info[section]
+        for m in e["python-modules"]
+    }
+    links = set(info["extra-links"])
+    found_modules: set[str] = set()
+    found_links: set[str] = set()
+    for module_info in pkgutil.walk_packages(airflow_provider_primus.__path__, "airflow_provider_primus."):
+        if module_info.name.split(".")[1] not in ("hooks", "operators", "sensors", "triggers", "links"):
+            continue
+        module = importlib.import_module(module_info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != module.__name__:
+                continue
+            if issubclass(cls, BaseOperatorLink):
+                found_links.add(f"{cls.__module__}.{cls.__qualname__}")
+            elif issubclass(cls, (BaseHook, BaseOperator, BaseTrigger)):
+                found_modules.add(cls.__module__)
+    assert found_modules <= listed, found_modules - listed
+    assert found_links == links
+    [conn] = info["connection-types"]
+    assert conn["connection-type"] == "primus"
+    assert conn["hook-class-name"] == "airflow_provider_primus.hooks.primus.PrimusHook"

@@ -1,20 +1,14 @@
-"""``primus demo``: the main job on the embedded defaults.
-
-Today it brings up the local stack — the embedded Kafka broker and Airflow (the standalone components,
-127.0.0.1, SQLite) with this provider's DAGs — and prints where to log in. Later issues extend it to run the
-full planning + hybrid training job on generated data.
-"""
+"""``primus demo``: the main job on the embedded defaults (see ``embedded/demo_stack.py``)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_primus.embedded.airflow_local import AirflowLocal
-from airflow_provider_primus.embedded.kafka import broker
-from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION, ensure_distribution
+from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION
 from airflow_provider_primus.paths import primus_home
 from airflow_provider_primus.process import StopRequested
 
@@ -22,10 +16,12 @@ from airflow_provider_primus.process import StopRequested
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "demo",
-        help="run the local stack: embedded Kafka + Airflow with this provider's DAGs",
+        help="the main job: Kafka + Airflow on loopback, a streaming trainer and a daily backfill",
         description="Start the embedded Kafka broker and Airflow (scheduler, dag-processor, triggerer, "
-        "api-server) on 127.0.0.1, print where "
-        "to log in, and run until Ctrl-C. --check starts everything, waits until healthy and stops.",
+        "api-server) on 127.0.0.1, generate a drifting click log (daily history + a live stream), start the "
+        "streaming trainer DAG, backfill the daily DAG over --days days (each day's window joins the "
+        "streaming job), print where to log in and the job's metrics, and run until Ctrl-C. --check exits "
+        "once the windows are consumed, the stream is trained and a model is published.",
     )
     parser.add_argument("--home", type=Path, help="demo state (default: $PRIMUS_HOME/demo)")
     parser.add_argument(
@@ -33,41 +29,72 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--port", type=int, default=8080, help="Airflow UI/API port on 127.0.0.1")
     parser.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
-    parser.add_argument("--check", action="store_true", help="exit 0 once everything is healthy")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 0 once the backfilled windows are consumed, the stream trained and a model published",
+    )
+    parser.add_argument("--days", type=int, default=3, help="days the daily DAG backfills (default: 3)")
+    parser.add_argument(
+        "--timeout", type=float, default=900.0, help="seconds to wait for that (default: 900)"
+    )
     parser.set_defaults(handler=run)
 
 
+def _done(days: int) -> Any:
+    def done(summary: dict[str, Any]) -> bool:
+        windows = summary["windows"]
+        trained = summary.get("rows_trained") or {}
+        return (
+            len(windows) >= days
+            and all(w["consumed"] for w in windows)
+            and trained.get("events", 0) > 0
+            and bool(summary["snapshots"])
+        )
+
+    return done
+
+
 def run(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.embedded.demo_stack import JOB, DemoError, DemoStack
+
     home: Path = args.home or primus_home() / "demo"
     dags = args.dags_folder.resolve()
     if not dags.is_dir():
         print(f"error: dags folder {dags} does not exist (run from the repository root)", file=sys.stderr)
         return 1
     stop = StopRequested()
-    kafka = broker.EmbeddedKafka(ensure_distribution(args.kafka_version), home / "kafka", instance="demo")
-    state = kafka.start()
-    print(f"kafka      | broker ready at {state.bootstrap_servers} ({state.startup_seconds}s)", flush=True)
-    airflow = AirflowLocal(
-        home / "airflow", dags, port=args.port, extra_env={"PRIMUS_KAFKA_BOOTSTRAP": state.bootstrap_servers}
-    )
+    stack = DemoStack(home, dags, port=args.port, kafka_version=args.kafka_version)
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
     try:
-        airflow.start()
-        airflow.wait_ready()
-        print(
-            f"primus     | Airflow is ready: {airflow.url}\n"
-            f"primus     | log in as admin, password in {airflow.password_file}\n"
-            f"primus     | Kafka: {state.bootstrap_servers}; component logs in {airflow.log_dir}\n"
-            "primus     | Ctrl-C stops everything.",
-            flush=True,
-        )
-        if not args.check:
-            while not stop.wait(1.0):
-                if dead := airflow.exited():
-                    print(
-                        f"error: Airflow component(s) exited: {dead}; see {airflow.log_dir}", file=sys.stderr
-                    )
-                    return 1
+        stack.start(log)
+        first, last = stack.launch(args.days, log)
+        assert stack.airflow is not None
+        url = stack.airflow.url
+        log(f"primus     | streaming trainer DAG started (job {JOB}); backfill {first[:10]}..{last[:10]}")
+        log(f"primus     | Airflow UI: {url} (user admin, password in {stack.airflow.password_file})")
+        log(f"primus     | Primus jobs: {url}/primus/jobs; Ctrl-C stops everything.")
+        summary = stack.wait(_done(args.days), args.timeout, "windows, stream and snapshot", log)
+        code, _ = stack.plugin_page()
+        summary["plugin_page_status"] = code
+        log(f"primus     | metrics: {json.dumps(summary)}")
+        if args.check:
+            print(json.dumps(summary))
+            return 0 if code == 200 else 1
+        while not stop.wait(15.0):
+            log(f"primus     | metrics: {json.dumps(stack.summary())}")
+            if dead := stack.airflow.exited():
+                print(
+                    f"error: Airflow component(s) exited: {dead}; see {stack.airflow.log_dir}",
+                    file=sys.stderr,
+                )
+                return 1
+    except DemoError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     finally:
-        airflow.stop()
-        kafka.stop()
+        stack.stop()
     return 0

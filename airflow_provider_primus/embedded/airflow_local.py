@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -43,7 +44,9 @@ def airflow_env(
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            # SQLite has one writer at a time; wait for the lock (30 s) instead of failing after 5 s
+            # while the scheduler writes, e.g. when a CLI command creates a backfill's runs.
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=30",
             "AIRFLOW__API__HOST": LOOPBACK,
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__BASE_URL": f"http://{LOOPBACK}:{port}",
@@ -99,20 +102,25 @@ class AirflowLocal:
         if proc.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
 
-    def start(self) -> None:
+    def start(self, components: Iterable[str] = tuple(COMPONENTS)) -> None:
+        """Migrate the DB and start ``components`` (all four by default; ``start_component`` adds one
+        later — e.g. the scheduler after a CLI command that must not race its SQLite writes)."""
         self.migrate()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        for name, args in COMPONENTS.items():
-            with open(self.log_dir / f"{name}.log", "ab") as log:
-                self.processes[name] = subprocess.Popen(
-                    tied_to_launcher(self._airflow(*args)),
-                    env=self.env,
-                    cwd=self.home,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+        for name in components:
+            self.start_component(name)
+
+    def start_component(self, name: str) -> None:
+        with open(self.log_dir / f"{name}.log", "ab") as log:
+            self.processes[name] = subprocess.Popen(
+                tied_to_launcher(self._airflow(*COMPONENTS[name])),
+                env=self.env,
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def exited(self) -> list[str]:
         return [name for name, proc in self.processes.items() if proc.poll() is not None]

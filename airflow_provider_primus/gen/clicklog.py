@@ -450,11 +450,14 @@ def ensure_topic(bootstrap_servers: str, topic: str, partitions: int = 1) -> boo
 
     Retention by time is off for it: records carry their *event* time as Kafka timestamp, months in
     the past for a synthetic world, and the broker's default 7-day retention would delete them at its
-    next check (within 5 minutes) — in the middle of a benchmark.
+    next check (within 5 minutes) — in the middle of a benchmark. Timestamps ahead of the broker's
+    clock are accepted too (by default Kafka refuses those more than an hour ahead): a world whose
+    stream days run until tomorrow is produced live, today.
     """
     from airflow_provider_primus.data.sources.kafka import ensure_topic as create
 
-    return create(bootstrap_servers, topic, partitions, {"retention.ms": "-1"})
+    configs = {"retention.ms": "-1", "message.timestamp.after.max.ms": str(2**63 - 1)}
+    return create(bootstrap_servers, topic, partitions, configs)
 
 
 def produce_stream(

@@ -122,18 +122,40 @@ def submit(
     labels: Mapping[str, str] | None = None,
     home: Path | None = None,
 ) -> JobRecord:
+    return submit_document(read_document(path), path.resolve().parent, store=store, labels=labels, home=home)
+
+
+def submit_document(
+    document: Mapping[str, Any],
+    base: Path,
+    *,
+    name: str | None = None,
+    store: JobStore | None = None,
+    labels: Mapping[str, str] | None = None,
+    home: Path | None = None,
+    token: str | None = None,
+    keep_files: bool = False,
+) -> JobRecord:
+    """Submit a parsed job document (paths relative to ``base``). ``name`` overrides
+    ``metadata.name`` (an Airflow task names its job after itself); ``token`` is the job's token
+    when the caller derives it (the Airflow hook), else a random one is made. ``keep_files`` keeps an
+    earlier job's files of that name (a restarted streaming trainer resumes from its checkpoints);
+    otherwise they are removed so nothing of a replaced job leaks into this one."""
     store = store or SqliteJobStore()
-    _, stored = load_job(read_document(path), path.resolve().parent)
-    name = stored["metadata"]["name"]
+    if name is not None:
+        document = {**document, "metadata": {**dict(document.get("metadata") or {}), "name": name}}
+    _, stored = load_job(document, base)
+    name = str(stored["metadata"]["name"])
     record = store.create(name, stored, labels)
     paths = job_paths(name, home)
     try:
-        if paths.root.exists():  # a replaced job's checkpoints and logs must not leak into this one
+        if paths.root.exists() and not keep_files:
             shutil.rmtree(paths.root)
-        paths.root.mkdir(parents=True)
+        paths.root.mkdir(parents=True, exist_ok=True)
+        paths.token.unlink(missing_ok=True)  # created anew: O_EXCL guarantees the 0600 mode
         fd = os.open(paths.token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(new_token())
+            f.write(token or new_token())
     except OSError:
         store.delete(name)  # no job without its token
         raise
@@ -148,9 +170,15 @@ def start_master(name: str, *, store_path: Path | None = None, home: Path | None
     command = [sys.executable, "-m", "airflow_provider_primus.cli.main", "master", name]
     if store_path is not None:
         command += ["--store", str(store_path)]
+    env = dict(os.environ, PRIMUS_HOME=str(home)) if home is not None else None
     with open(paths.master_log, "ab") as log:
         proc = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
         )
     return proc.pid
 

@@ -134,6 +134,9 @@ class Master:
         self.started = time.monotonic()
         self._warm_since: float | None = None
         previous = record.status
+        self._trainer_report: dict[str, Any] = dict(
+            (previous.get("progress") or {}).get("trainer_report") or {}
+        )
         self.phase: str = previous.get("phase", "Pending")
         if self.phase in TERMINAL:
             raise MasterError(f"job {name!r} already ended: {self.phase}")
@@ -633,7 +636,7 @@ class Master:
             "ExecutorLaunched",
             f"{name} (incarnation {ex.incarnation}): {allotment.cpu:g} CPU, {allotment.memory // 2**20} MiB",
             name,
-            {"pid": ex.handle.ref.get("pid")},
+            {"pid": ex.handle.ref.get("pid"), "cpu": allotment.cpu, "memory": allotment.memory},
         )
 
     def _command(self, role: str, service_name: str) -> list[str]:
@@ -718,7 +721,9 @@ class Master:
         d = self.dispatcher.status()
         trainer = next(iter(self._running("trainer")), None)
         reports = self.server.take_reports()
-        metrics = reports.get(trainer.service_name, (0.0, {}))[1] if trainer else {}
+        if trainer is not None and trainer.service_name in reports:
+            self._trainer_report = reports[trainer.service_name][1]
+        metrics = self._trainer_report  # the last one survives the trainer's end
         return {
             "tasks": d["tasks"],
             "tasks_done": d["done"],
@@ -727,6 +732,8 @@ class Master:
             "data_finished": d["finished"],
             "trainer_step": metrics.get("step"),
             "trainer_rows": metrics.get("rows"),
+            "trainer_metrics": metrics.get("metrics"),
+            "trainer_report": metrics,
         }
 
     def _executor_view(self, ex: Executor) -> dict[str, Any]:
@@ -747,6 +754,14 @@ class Master:
             }
         return view
 
+    def _window_view(self, window: dict[str, Any]) -> dict[str, Any]:
+        view = dict(window)
+        if window.get("state") == "appended":
+            ids = window.get("task_ids", [])
+            view["tasks_done"] = self.dispatcher.tasks_done(ids)
+            view["consumed"] = view["tasks_done"] == len(ids)
+        return view
+
     def _write_status(self) -> None:
         proc = psutil.Process()
         status = {
@@ -764,10 +779,7 @@ class Master:
             "replicas": self.replicas,
             "executors": {n: self._executor_view(e) for n, e in sorted(self.executors.items())},
             "progress": self._progress(),
-            "windows": [
-                {k: v for k, v in w.items() if k != "task_ids"} | {"task_ids": w.get("task_ids", [])}
-                for w in self.windows
-            ],
+            "windows": [self._window_view(w) for w in self.windows],
             "savepoints": self.savepoints,
             "decisions": [d.to_dict() for d in self.decisions],
             "applied": self.applied,

@@ -539,6 +539,9 @@ class Trainer:
                         else:
                             time.sleep(0.2)  # an open graph waiting for its next window
                     self._between_steps(policy)
+                    metrics = self.reporter.extra.get("metrics") if self.reporter is not None else None
+                    if self.reporter is not None and (metrics or {}).get("steps") != self.step:
+                        self.reporter.extra["metrics"] = self.summary(brief=True)  # idle: the final figures
                     continue
                 with self._computing():
                     self._train_step(parts, global_trained=ctl[2], lr_weighted=ctl[3], loss_weighted=ctl[4])
@@ -558,8 +561,12 @@ class Trainer:
                 if ctl[6]:
                     self._publish()
                     last_pub = now
-                if self.options.progress is not None and now - last_progress >= self.options.progress_every_s:
-                    self.options.progress(self.summary(brief=True))
+                if now - last_progress >= self.options.progress_every_s:
+                    brief = self.summary(brief=True)
+                    if self.options.progress is not None:
+                        self.options.progress(brief)
+                    if self.reporter is not None:  # the master shows it: AUC, freshness, samples/s
+                        self.reporter.extra["metrics"] = brief
                     last_progress = now
             self.metrics.elapsed_s = elapsed_before + (time.monotonic() - started)
             self._checkpoint(policy)

@@ -66,7 +66,10 @@ class JobWorld:
         return [r for step in sorted(steps) for r in steps[step]]
 
 
-def write_world(root: Path, hours: int = 4, per_file: int = 5000, first_hour: int = 0) -> None:
+def write_world(
+    root: Path, hours: int = 4, per_file: int = 5000, first_hour: int = 0, *, success_marker: bool = False
+) -> None:
+    """Hourly partitions ``store/YYYY-MM-DD/HH`` of ``per_file`` rows; row ids run on across hours."""
     for h in range(first_hour, first_hour + hours):
         t = T0 + timedelta(hours=h)
         part = root / "store" / t.strftime("%Y-%m-%d") / t.strftime("%H")
@@ -74,6 +77,8 @@ def write_world(root: Path, hours: int = 4, per_file: int = 5000, first_hour: in
         pq.write_table(
             events(h * per_file, per_file, t, seed=h), part / "part-0.parquet", row_group_size=1000
         )
+        if success_marker:
+            (part / "_SUCCESS").touch()
 
 
 @pytest.fixture

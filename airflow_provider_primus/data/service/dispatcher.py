@@ -368,6 +368,11 @@ class Dispatcher:
         with self._lock:
             return self.sealed and len(self._task_done) == len(self.tasks)
 
+    def tasks_done(self, task_ids: Iterable[str]) -> int:
+        """How many of these tasks are fully consumed (a window's progress)."""
+        with self._lock:
+            return sum(1 for t in task_ids if t in self._task_done and t not in self.quarantined)
+
     def idle(self) -> bool:
         """Every task known so far is done (more may still be appended when unsealed)."""
         with self._lock:

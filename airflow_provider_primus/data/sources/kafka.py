@@ -107,3 +107,40 @@ def ensure_topic(
         return True
     finally:
         admin.close()
+
+
+def consumer_lag(
+    *,
+    bootstrap_servers: str | list[str],
+    topic: str,
+    group_id: str,
+    timeout_ms: int = 10_000,
+) -> dict[int, int]:
+    """Records not yet committed by ``group_id``, per partition: end offset - committed offset.
+
+    A partition the group never committed counts from its beginning offset (everything still there is
+    unconsumed; counting from 0 would include records retention already deleted). The consumer never
+    subscribes, so asking does not join the group or move its offsets.
+    """
+    consumer: Any = KafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        group_id=group_id,
+        enable_auto_commit=False,
+        request_timeout_ms=timeout_ms,
+        client_id="primus-lag",
+    )
+    try:
+        parts = consumer.partitions_for_topic(topic)
+        if not parts:
+            raise KafkaPlanError(f"topic {topic!r} does not exist on {bootstrap_servers}")
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        end = consumer.end_offsets(tps, timeout_ms=timeout_ms)
+        beginning = consumer.beginning_offsets(tps, timeout_ms=timeout_ms)
+        lag: dict[int, int] = {}
+        for tp in tps:
+            committed = consumer.committed(tp, timeout_ms=timeout_ms)
+            base = beginning[tp] if committed is None else max(committed, beginning[tp])
+            lag[tp.partition] = max(0, end[tp] - base)
+        return lag
+    finally:
+        consumer.close()

@@ -1,0 +1,245 @@
+"""Operators over Primus jobs: submit (or reattach), the long-running streaming trainer, appending a
+planned window to it, and manual scaling. Thin: they call the hook and defer to ``PrimusJobTrigger``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_primus.master.jobs import TERMINAL
+from airflow_provider_primus.master.store import JobExists, JobRecord
+from airflow_provider_primus.operators.base import (
+    PrimusBaseOperator,
+    PrimusJobFailed,
+    job_event,
+    job_name_for,
+)
+from airflow_provider_primus.spec.data import Window
+from airflow_provider_primus.spec.loader import read_document
+from airflow_provider_primus.triggers.job import PrimusJobTrigger, find_window
+
+
+class PrimusSubmitJobOperator(PrimusBaseOperator):
+    """Run a PrimusJob to its end. The job is named after (dag_id, task_id, run_id): a retry finds
+    the job its first try started and waits for it again — a second job is never started while one
+    runs; a job that failed is submitted afresh. Killing the task stops the job."""
+
+    template_fields: Sequence[str] = ("job", "name", "labels")
+    ui_color = "#d4e3f1"
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        name: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        wait: bool = True,
+        report_every_s: float = 60.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.name = name
+        self.labels = dict(labels or {})
+        self.wait = wait
+        self.report_every_s = report_every_s
+        self._job_name: str | None = None
+
+    def _name(self, context: Any) -> str:
+        if self.name:
+            return self.name
+        return job_name_for(self.dag_id, self.task_id, str(context.get("run_id") or ""))
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        name = self._name(context)
+        self._job_name = name
+        labels = {
+            "airflow.dag_id": self.dag_id,
+            "airflow.task_id": self.task_id,
+            "airflow.run_id": str(context.get("run_id") or ""),
+            **self.labels,
+        }
+        record = self.hook.get_job(name)
+        if record is not None and record.status.get("phase") == "Succeeded":
+            self.log.info("job %s already succeeded (an earlier try): not running it again", name)
+            self.push_job(context, name)
+            return self.outcome(job_event(record))
+        if record is not None and record.status.get("phase") in TERMINAL:
+            self.log.info(
+                "job %s ended %s in an earlier try: submitting it again", name, record.status["phase"]
+            )
+            self.hook.store.delete(name)
+            record = None
+        if record is None:
+            try:
+                self.hook.submit_job(self.job, name=name, labels=labels)
+                self.log.info("submitted job %s", name)
+            except JobExists:
+                self.log.info("job %s was just submitted by another try: reattaching", name)
+        else:
+            self.log.info("reattaching to running job %s", name)
+        self.push_job(context, name)
+        if not self.wait:
+            return {"job": name}
+        return self.until_end(context, name, self.report_every_s)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        return self.outcome(event)
+
+    def on_kill(self) -> None:
+        """Polling in the worker (not deferred): the task's kill stops the job."""
+        if self._job_name:
+            self.hook.stop_job(self._job_name)
+
+
+class PrimusStreamingTrainerOperator(PrimusBaseOperator):
+    """Keep the long-running streaming trainer of a model alive: start it once, reattach on a retry
+    or after a lost worker (the job is named after the model, never after the run), and defer for as
+    long as the job lives, logging its freshness, AUC and throughput every ``report_every_s``. A job
+    that ended is started again and resumes from its checkpoints."""
+
+    template_fields: Sequence[str] = ("job", "model")
+    ui_color = "#f1e3d4"
+
+    def __init__(
+        self, *, job: str, model: str | None = None, report_every_s: float = 300.0, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.model = model
+        self.report_every_s = report_every_s
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        document = read_document(Path(self.job))
+        name = self.model or str(document.get("metadata", {}).get("name"))
+        if not (document.get("spec") or {}).get("follow"):
+            self.log.warning("job %s does not set spec.follow: it will end at the stream's current end", name)
+        record = self.hook.get_job(name)
+        if record is not None and record.status.get("phase") in TERMINAL:
+            self.log.info(
+                "streaming job %s ended %s: starting it again (it resumes from its checkpoints)",
+                name,
+                record.status["phase"],
+            )
+            self.hook.store.delete(name)
+            record = None
+        if record is None:
+            try:
+                labels = {
+                    "airflow.dag_id": self.dag_id,
+                    "airflow.task_id": self.task_id,
+                    "primus.model": name,
+                }
+                self.hook.submit_job(
+                    document, name=name, labels=labels, base=Path(self.job).resolve().parent, keep_files=True
+                )
+                self.log.info("started streaming job %s", name)
+            except JobExists:
+                self.log.info("streaming job %s was just started elsewhere: reattaching", name)
+        else:
+            self.log.info("streaming job %s is %s: reattaching", name, record.status.get("phase"))
+        self.push_job(context, name)
+        return self.until_end(context, name, self.report_every_s)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("phase") == "Stopped":  # stopped on purpose: the trainer's task ends with it
+            self.log.info("streaming job %s was stopped", event.get("job"))
+            return {"job": event.get("job"), "phase": "Stopped"}
+        return self.outcome(event)
+
+
+class PrimusAppendWindowOperator(PrimusBaseOperator):
+    """Join the run's historical window to a running job, optionally waiting (deferred) until every
+    task of the window is consumed. Appending the same window again is a no-op: the master keeps one
+    copy and task IDs are content-derived, so a re-run only waits."""
+
+    template_fields: Sequence[str] = ("job_name", "start", "end")
+    ui_color = "#e8d4f1"
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        start: str = "{{ data_interval_start.isoformat() }}",
+        end: str = "{{ data_interval_end.isoformat() }}",
+        wait: bool = True,
+        job_timeout_s: float = 600.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job_name = job_name
+        self.start = start
+        self.end = end
+        self.wait = wait
+        self.job_timeout_s = job_timeout_s
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        window = Window.model_validate({"start": self.start, "end": self.end})
+        start, end = window.start.isoformat(), window.end.isoformat()  # as the master records it
+        self._wait_for_job()
+        result = self.hook.append_window(self.job_name, start, end)
+        self.log.info(
+            "window %s..%s sent to job %s (version %s)", start, end, self.job_name, result.get("version")
+        )
+        self.push_job(context, self.job_name)
+        if not self.wait:
+            return {"job": self.job_name, "window": {"start": start, "end": end}}
+        if self.should_defer():
+            self.defer(
+                trigger=PrimusJobTrigger(
+                    self.job_name,
+                    primus_conn_id=self.primus_conn_id,
+                    wait_for="window",
+                    window={"start": start, "end": end},
+                    poll_interval=self.poll_interval,
+                    stop_on_kill=False,  # the job outlives this window
+                ),
+                method_name="execute_complete",
+            )
+
+        def consumed(record: JobRecord) -> bool:
+            found = find_window(record.status, start, end)
+            return bool(found and (found.get("consumed") or found.get("state") == "refused"))
+
+        record = self.poll(self.job_name, consumed)
+        found = find_window(record.status, start, end)
+        if found is None or not found.get("consumed"):
+            reason = (found or {}).get("reason") or record.status.get("message") or record.status.get("phase")
+            raise RuntimeError(f"window {start}..{end} was not consumed by {self.job_name}: {reason}")
+        return {"job": self.job_name, "window": found}
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        return self.outcome(event)
+
+    def _wait_for_job(self) -> None:
+        """The streaming job may still be starting (its DAG run queued a moment after this one):
+        wait up to ``job_timeout_s`` for it to exist with a master, rather than fail the day."""
+        deadline = time.monotonic() + self.job_timeout_s
+        while True:
+            record = self.hook.get_job(self.job_name)
+            if record is not None and record.status.get("phase") in TERMINAL:
+                raise PrimusJobFailed(f"job {self.job_name} has ended ({record.status['phase']})")
+            if record is not None and (record.status.get("master") or {}).get("api"):
+                return
+            if time.monotonic() > deadline:
+                raise PrimusJobFailed(f"job {self.job_name} is not running after {self.job_timeout_s:.0f}s")
+            self.log.info("waiting for job %s to start", self.job_name)
+            time.sleep(min(5.0, self.poll_interval))
+
+
+class PrimusScaleOperator(PrimusBaseOperator):
+    template_fields: Sequence[str] = ("job_name", "role", "replicas")
+
+    def __init__(self, *, job_name: str, role: str = "data", replicas: int | str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job_name = job_name
+        self.role = role
+        self.replicas = replicas
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        result = self.hook.scale(self.job_name, self.role, int(self.replicas))
+        self.log.info("asked job %s for %s %s executors", self.job_name, self.replicas, self.role)
+        return result

@@ -1,0 +1,180 @@
+"""What the job pages chart over time, kept in the web server's memory.
+
+The job store holds only a job's *latest* status (the master rewrites it every pass), so training
+metrics and executor telemetry have no history there. ``History`` keeps one: a bounded series of
+points per job, one per distinct ``status.updated`` seen, fed by every page view and by a
+background ``Sampler`` that polls the running jobs. It starts empty when the API server starts and
+each API-server worker process has its own.
+
+Scaling events *are* stored (the event log is append-only), so their history is exact; it is read
+incrementally (only events after the last sequence number seen) and the relevant kinds are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_primus.master.store import Event, JobRecord, SqliteJobStore
+from airflow_provider_primus.plugins.status import TERMINAL_PHASES, as_map, dig, num
+
+log = logging.getLogger(__name__)
+
+# Events the scaling timeline shows, and the executor lifecycle the allotment charts replay.
+SCALING_EVENTS = (
+    "ScaleDecision",
+    "ScaleRequested",
+    "Resized",
+    "ExecutorLaunched",
+    "ExecutorFailed",
+    "ExecutorRemoved",
+    "ExecutorLost",
+    "ExecutorAbandoned",
+    "MemoryPressure",
+    "MemoryLimit",
+)
+LIFECYCLE_EVENTS = (*SCALING_EVENTS, "ExecutorAdopted", "TrainerCompleted", "MasterStarted")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One status, reduced to the numbers the charts use."""
+
+    t: float  # status.updated, seconds since the epoch
+    acked_rows: float | None = None
+    trainer_rows: float | None = None
+    trainer_step: float | None = None
+    samples_per_s: float | None = None
+    auc: float | None = None
+    window_auc: float | None = None
+    freshness_p50: float | None = None
+    freshness_p99: float | None = None
+    executors: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> telemetry numbers
+
+
+def point_from_status(status: Mapping[str, Any]) -> Point | None:
+    t = num(status.get("updated"))
+    if t is None:
+        return None
+    progress = as_map(status.get("progress"))
+    metrics = dig(progress, "trainer_metrics") or {}
+    executors: dict[str, dict[str, float]] = {}
+    for name, ex in as_map(status.get("executors")).items():
+        telemetry = dig(ex, "telemetry")
+        if not isinstance(telemetry, Mapping) or dig(ex, "state") != "running":
+            continue
+        numbers = {
+            k: v for k in ("cpu_util", "mem_util", "rows_per_s") if (v := num(telemetry.get(k))) is not None
+        }
+        if numbers:
+            executors[str(name)] = numbers
+    return Point(
+        t=t,
+        acked_rows=num(dig(progress, "acked_rows")),
+        trainer_rows=num(dig(progress, "trainer_rows")),
+        trainer_step=num(dig(progress, "trainer_step")),
+        samples_per_s=num(dig(metrics, "samples_per_s")),
+        auc=num(dig(metrics, "progressive", "auc")),
+        window_auc=num(dig(metrics, "progressive", "window_auc")),
+        freshness_p50=num(dig(metrics, "freshness_s", "p50")),
+        freshness_p99=num(dig(metrics, "freshness_s", "p99")),
+        executors=executors,
+    )
+
+
+@dataclass
+class _Job:
+    created: float
+    points: deque[Point]
+    events: deque[Event]
+    after_seq: int = 0
+
+
+class History:
+    """Bounded per-job series (``max_points`` each, ``max_jobs`` jobs, least recently seen dropped)."""
+
+    def __init__(self, max_points: int = 720, max_events: int = 500, max_jobs: int = 200) -> None:
+        self.max_points, self.max_events, self.max_jobs = max_points, max_events, max_jobs
+        self._jobs: OrderedDict[str, _Job] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _job(self, record: JobRecord) -> _Job:
+        job = self._jobs.get(record.name)
+        if job is None or job.created != record.created:  # a new job under an old name
+            job = _Job(record.created, deque(maxlen=self.max_points), deque(maxlen=self.max_events))
+            self._jobs[record.name] = job
+        self._jobs.move_to_end(record.name)
+        while len(self._jobs) > self.max_jobs:
+            self._jobs.popitem(last=False)
+        return job
+
+    def jobs(self) -> list[str]:
+        """The jobs with a history, least recently seen first."""
+        with self._lock:
+            return list(self._jobs)
+
+    def observe(self, record: JobRecord) -> list[Point]:
+        """Add the record's status (once per ``updated``) and return the job's series."""
+        point = point_from_status(record.status)
+        with self._lock:
+            job = self._job(record)
+            if point is not None and (not job.points or point.t > job.points[-1].t):
+                job.points.append(point)
+            return list(job.points)
+
+    def events(self, store: SqliteJobStore, record: JobRecord, page: int = 1000) -> list[Event]:
+        """The job's scaling and lifecycle events, read from the store since the last call."""
+        with self._lock:
+            job = self._job(record)
+            while True:
+                batch = store.events(record.name, after=job.after_seq, limit=page)
+                for event in batch:
+                    if event.type in LIFECYCLE_EVENTS:
+                        job.events.append(event)
+                if batch:
+                    job.after_seq = batch[-1].seq
+                if len(batch) < page:
+                    return list(job.events)
+
+
+class Sampler:
+    """Polls every job that has not ended, every ``interval_s``, into ``history`` (daemon thread)."""
+
+    def __init__(
+        self, history: History, store: Callable[[], SqliteJobStore | None], interval_s: float
+    ) -> None:
+        self.history, self.store, self.interval_s = history, store, interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def ensure_started(self) -> None:
+        with self._lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._loop, name="primus-ui-sampler", daemon=True)
+                self._thread.start()
+
+    def sample(self) -> None:
+        store = self.store()
+        if store is None:
+            return
+        for record in store.find():
+            if record.status.get("phase") not in TERMINAL_PHASES:
+                self.history.observe(record)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.sample()
+            except Exception:  # a locked or replaced store file: try again next time
+                log.exception("sampling the job store")
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5)

@@ -1,0 +1,80 @@
+"""The job operators outside a DAG run: execute → deferral → the trigger's event → execute_complete,
+and the retry paths, against a real store and real masters. ``RecordingTI`` stands in for the task
+runner's task instance, of which the operators use only ``xcom_push`` (the DAG tests run them under
+Airflow's own runner)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+
+from airflow_provider_primus.hooks.primus import PrimusHook
+from airflow_provider_primus.links.job import JOB_XCOM_KEY, PrimusJobLink
+from airflow_provider_primus.operators.base import PrimusJobFailed, job_name_for
+from airflow_provider_primus.operators.job import PrimusScaleOperator, PrimusSubmitJobOperator
+from airflow_provider_primus.triggers.job import PrimusJobTrigger
+from tests.master.conftest import JobWorld
+from tests.master.test_master import ended, running, until
+from tests.triggers.test_job_trigger import first_event
+
+pytestmark = pytest.mark.timeout(300)
+
+
+class RecordingTI:
+    def __init__(self) -> None:
+        self.xcom: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcom[key] = value
+
+
+def context(run_id: str = "manual__2026-05-01") -> dict[str, Any]:
+    return {"ti": RecordingTI(), "run_id": run_id}
+
+
+def test_submit_defers_then_completes_and_a_retry_does_not_rerun(job_world: JobWorld) -> None:
+    op = PrimusSubmitJobOperator(task_id="train", job=str(job_world.job()), poll_interval=0.2)
+    ctx = context()
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    trigger = deferred.value.trigger
+    name = job_name_for(op.dag_id, "train", "manual__2026-05-01")
+    assert isinstance(trigger, PrimusJobTrigger) and trigger.job == name
+    assert ctx["ti"].xcom[JOB_XCOM_KEY] == name  # pushed before deferring: the link works at once
+    assert ctx["ti"].xcom[PrimusJobLink().xcom_key].endswith(f"/primus/jobs/{name}")
+    event = first_event(trigger, timeout_s=180)
+    result = op.execute_complete(ctx, event)
+    assert result["phase"] == "Succeeded" and result["progress"]["acked_rows"] == job_world.rows
+    store = PrimusHook().store
+    labels = store.get(name).labels
+    assert labels["airflow.task_id"] == "train" and labels["airflow.run_id"] == "manual__2026-05-01"
+    retry = op.execute(context())  # the same run: the job succeeded, nothing runs again
+    assert retry["phase"] == "Succeeded" and [r.name for r in store.find()] == [name]
+
+
+def test_submit_polls_without_deferring_and_fails_with_the_jobs_error(job_world: JobWorld) -> None:
+    op = PrimusSubmitJobOperator(
+        task_id="train", job=str(job_world.job(max_steps=3)), deferrable=False, poll_interval=0.2
+    )
+    result = op.execute(context())
+    assert result["phase"] == "Succeeded"
+    with pytest.raises(PrimusJobFailed, match="Failed: data-0 failed"):
+        op.execute_complete(
+            context(), {"status": "error", "job": "j", "phase": "Failed", "message": "data-0 failed"}
+        )
+
+
+def test_scale_operator_asks_the_running_job(job_world: JobWorld) -> None:
+    roles = {"data": {"replicas": {"min": 1, "max": 3}}, "trainer": {}}
+    PrimusHook().submit_job(job_world.job(follow=True, roles=roles), start=False)
+    with running(job_world):
+        PrimusHook().wait_for_master("job")
+        result = PrimusScaleOperator(task_id="scale", job_name="job", role="data", replicas="2").execute(
+            context()
+        )
+        assert result["accepted"] is True
+        until(job_world, lambda r: r.status.get("replicas", {}).get("data") == 2)
+        PrimusHook().stop_job("job")
+        until(job_world, ended)

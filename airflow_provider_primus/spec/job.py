@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, Strict, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, Strict, ValidationError, field_validator, model_validator
 
 from airflow_provider_primus.spec.data import Metadata, NonEmptyStr, PositiveFloat, PositiveInt, StrictModel
 from airflow_provider_primus.spec.errors import (
@@ -193,10 +193,28 @@ class Role(StrictModel):
     failover: Failover = Field(default_factory=Failover)
 
 
+TRAINER_MEMORY = 4 * 2**30
+
+
+def _trainer() -> Role:
+    return Role(resources=Resources(memory=TRAINER_MEMORY))
+
+
 class Roles(StrictModel):
     data: Role = Field(default_factory=Role)
-    trainer: Role = Field(default_factory=Role)
+    # A trainer holds torch, the model and its optimizer state: 1Gi (the data executors' default)
+    # is less than torch alone with a small DLRM (0.8 to 1 GiB measured), so it defaults to 4Gi.
+    trainer: Role = Field(default_factory=_trainer)
     evaluator: Role | None = None
+
+    @field_validator("trainer", mode="before")
+    @classmethod
+    def _trainer_memory(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            resources = value.get("resources", {})
+            if isinstance(resources, Mapping) and "memory" not in resources:
+                return {**value, "resources": {**resources, "memory": TRAINER_MEMORY}}
+        return value
 
     @model_validator(mode="after")
     def _trainers_fixed(self) -> Roles:

@@ -65,13 +65,16 @@ def test_a_minimal_job_takes_every_default() -> None:
         None,
         [],
     )
-    for role in (spec.roles.data, spec.roles.trainer):
+    for role, memory in ((spec.roles.data, Gi), (spec.roles.trainer, 4 * Gi)):  # torch needs room
         assert (role.replicas.min, role.replicas.initial, role.replicas.max) == (1, None, None)
         assert (role.replicas.start, role.replicas.top) == (1, 1)
-        assert (role.resources.cpu, role.resources.memory) == (1.0, Gi)
+        assert (role.resources.cpu, role.resources.memory) == (1.0, memory)
         assert role.resources.cpu_range == (1.0, 1.0)  # unset bounds: no vertical scaling
-        assert role.resources.memory_range == (Gi, Gi)
+        assert role.resources.memory_range == (memory, memory)
         assert (role.failover.max_restarts, role.failover.on_exhausted) == (3, "fail")
+    # The trainer's default memory holds when only other fields of it are written.
+    partial = validate_job_spec(job(roles={"trainer": {"resources": {"cpu": 2}}}))
+    assert partial.spec.roles.trainer.resources.memory == 4 * Gi
     assert spec.roles.evaluator is None
     scaling = spec.scaling
     assert scaling.enabled is True

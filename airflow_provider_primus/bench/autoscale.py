@@ -19,7 +19,6 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
-import os
 import shutil
 import tempfile
 import threading
@@ -189,36 +188,24 @@ def run_job(
     home = root / ("home-on" if scaling else "home-off")
     store = SqliteJobStore(home / "jobs.sqlite")
     name = "bench-on" if scaling else "bench-off"
-    previous_home = os.environ.get("PRIMUS_HOME")
-    os.environ["PRIMUS_HOME"] = str(home)
-    try:
-        submit(job_path, store=store)
-        samples: list[Sample] = []
-        seen: set[tuple[str, float]] = set()
-        acked: list[tuple[float, int]] = []
-        holder: dict[str, Master] = {}
+    submit(job_path, store=store, home=home)
+    samples: list[Sample] = []
+    seen: set[tuple[str, float]] = set()
+    acked: list[tuple[float, int]] = []
 
-        def on_status(status: dict[str, Any]) -> None:
-            acked.append((time.monotonic(), int(status["progress"]["acked_rows"])))
-            if "m" in holder:
-                _collect(holder["m"], samples, seen)
+    def on_status(status: dict[str, Any]) -> None:  # called from master.run(), once it exists
+        acked.append((time.monotonic(), int(status["progress"]["acked_rows"])))
+        _collect(master, samples, seen)
 
-        master = Master(name, store, tick_s=0.25, on_status=on_status)
-        holder["m"] = master
-        thread = threading.Thread(target=master.run, daemon=True)
-        thread.start()
-        thread.join(timeout=1800)
-        if thread.is_alive():
-            master.request({"stop": True})
-            thread.join(timeout=60)
-            raise BenchmarkError(f"{name}: did not finish in 30 minutes")
-        record = store.get(name)
-    finally:
-        if previous_home is None:
-            os.environ.pop("PRIMUS_HOME", None)
-        else:
-            os.environ["PRIMUS_HOME"] = previous_home
-    status = record.status
+    master = Master(name, store, home=home, tick_s=0.25, on_status=on_status)
+    thread = threading.Thread(target=master.run, daemon=True)
+    thread.start()
+    thread.join(timeout=1800)
+    if thread.is_alive():
+        master.request({"stop": True})
+        thread.join(timeout=60)
+        raise BenchmarkError(f"{name}: did not finish in 30 minutes")
+    status = store.get(name).status
     if status["phase"] != "Succeeded":
         raise BenchmarkError(f"{name}: {status['phase']}: {status['message']}")
     if status["progress"]["acked_rows"] != rows:

@@ -382,8 +382,7 @@ class Master:
         a = ex.handle.allotment
         new = Allotment(float(want.get("cpu") or a.cpu), int(want.get("memory") or a.memory))
         if new != a:
-            ex.handle = self.backend.resize(ex.handle, new)
-            self._forget_samples(ex.name)
+            ex.handle = self.backend.resize(ex.handle, new)  # samples carry the allotment: a new regime
             self._event(
                 "Resized",
                 f"{name}: cpu {a.cpu:g} -> {new.cpu:g}, "
@@ -428,7 +427,7 @@ class Master:
     def _observe(self) -> None:
         live = [e for e in self.executors.values() if e.state in (RUNNING, REMOVING)]
         observed = self.backend.observe([e.handle for e in live])
-        service = self.dispatcher.status()["executors"]
+        service = self.dispatcher.executor_metrics()
         reports = self.server.take_reports()
         now = time.monotonic()
         for ex in live:
@@ -440,6 +439,8 @@ class Master:
                 continue
             if ex.handle.role == "trainer":
                 _, metrics = reports.get(ex.service_name, (0.0, {}))
+                if metrics:
+                    self._trainer_report = metrics  # the last one survives the trainer's end
                 rows, wait, busy = (
                     metrics.get("rows", 0),
                     metrics.get("wait_s", 0.0),
@@ -451,7 +452,7 @@ class Master:
                     self._event("SavepointDone", f"savepoint {sp['id']} at step {sp['step']}")
                 ex.reason = None
             else:
-                metrics = (service.get(ex.service_name) or {}).get("metrics") or {}
+                metrics = service.get(ex.service_name) or {}
                 rows = metrics.get("rows", 0)
                 wait, busy = metrics.get("blocked_credit_s", 0.0), metrics.get("blocked_storage_s", 0.0)
             self.samples.append(
@@ -719,11 +720,7 @@ class Master:
 
     def _progress(self) -> dict[str, Any]:
         d = self.dispatcher.status()
-        trainer = next(iter(self._running("trainer")), None)
-        reports = self.server.take_reports()
-        if trainer is not None and trainer.service_name in reports:
-            self._trainer_report = reports[trainer.service_name][1]
-        metrics = self._trainer_report  # the last one survives the trainer's end
+        metrics = self._trainer_report
         return {
             "tasks": d["tasks"],
             "tasks_done": d["done"],

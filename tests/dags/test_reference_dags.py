@@ -21,7 +21,7 @@ from airflow_provider_primus.master.jobs import wait_for
 from airflow_provider_primus.master.store import SqliteJobStore
 from tests.conftest import REPO, venv_bin
 from tests.master.conftest import write_world
-from tests.training.conftest import SCHEMA, T0
+from tests.training.conftest import T0, history_source
 
 pytestmark = pytest.mark.timeout(600)
 DAYS, HOURS, ROWS = 3, 24, 50
@@ -32,16 +32,7 @@ def daily_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, An
     home = tmp_path / "home"
     monkeypatch.setenv("PRIMUS_HOME", str(home))
     write_world(tmp_path, hours=DAYS * HOURS, per_file=ROWS, success_marker=True)
-    source = {
-        "name": "history",
-        "type": "files",
-        "format": "parquet",
-        "uri": f"file://{tmp_path}/store",
-        "path_template": "{date}/{hour}",
-        "granularity": "hour",
-        "success_marker": "_SUCCESS",
-        "schema": SCHEMA,
-    }
+    source = history_source(tmp_path, success_marker="_SUCCESS")
     data = {"apiVersion": "primus.dev/v1alpha1", "kind": "PrimusData", "metadata": {"name": "history"}}
     data["spec"] = {"sources": [source]}
     training = {"apiVersion": "primus.dev/v1alpha1", "kind": "PrimusTraining", "metadata": {"name": "t"}}

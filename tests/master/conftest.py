@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from airflow_provider_primus.master.store import SqliteJobStore
-from tests.training.conftest import SCHEMA, T0, events
+from tests.training.conftest import T0, events, history_source
 
 
 @dataclass
@@ -92,17 +92,7 @@ def job_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[JobWo
         "spec": {
             "window": {"start": T0.isoformat(), "end": (T0 + timedelta(hours=hours)).isoformat()},
             "planning": {"target_rows_per_task": 2000, "min_rows_per_task": 1000},
-            "sources": [
-                {
-                    "name": "history",
-                    "type": "files",
-                    "format": "parquet",
-                    "uri": f"file://{tmp_path}/store",
-                    "path_template": "{date}/{hour}",
-                    "granularity": "hour",
-                    "schema": SCHEMA,
-                }
-            ],
+            "sources": [history_source(tmp_path)],
         },
     }
     data_path = tmp_path / "data.yaml"

@@ -30,6 +30,20 @@ SCHEMA = {
 }
 
 
+def history_source(root: Path, **extra: Any) -> dict[str, Any]:
+    """The hourly Parquet source under ``root/store`` the test worlds write."""
+    return {
+        "name": "history",
+        "type": "files",
+        "format": "parquet",
+        "uri": f"file://{root}/store",
+        "path_template": "{date}/{hour}",
+        "granularity": "hour",
+        **extra,
+        "schema": SCHEMA,
+    }
+
+
 def events(first_id: int, rows: int, start: datetime, seed: int) -> pa.Table:
     rng = np.random.default_rng(seed)
     users = rng.integers(0, 1000, rows)
@@ -113,15 +127,7 @@ def world(tmp_path: Path, kafka_broker: Any, new_topic: Callable[..., str]) -> W
             "ordered": True,
             "planning": {"target_rows_per_task": 2000, "min_rows_per_task": 1000},
             "sources": [
-                {
-                    "name": "history",
-                    "type": "files",
-                    "format": "parquet",
-                    "uri": f"file://{tmp_path}/store",
-                    "path_template": "{date}/{hour}",
-                    "granularity": "hour",
-                    "schema": SCHEMA,
-                },
+                history_source(tmp_path),
                 {
                     "name": "events",
                     "type": "kafka",

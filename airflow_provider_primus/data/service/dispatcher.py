@@ -383,6 +383,11 @@ class Dispatcher:
         with self._lock:
             return {t: s.ranges() for t, s in self.acked.items() if s.ranges()}
 
+    def executor_metrics(self) -> dict[str, dict[str, Any]]:
+        """Each registered executor's last heartbeat metrics: O(executors), for a master's every pass."""
+        with self._lock:
+            return {name: dict(info.metrics) for name, info in self.executors.items()}
+
     def status(self) -> dict[str, Any]:
         with self._lock:
             self._reap()

@@ -74,7 +74,10 @@ def get_provider_info() -> dict[str, Any]:
                         "schema": {"type": ["string", "null"], "enum": ["local", "kubernetes", None]},
                     },
                     "namespace": {"label": "Kubernetes namespace", "schema": {"type": ["string", "null"]}},
-                    "context": {"label": "Kubernetes context", "schema": {"type": ["string", "null"]}},
+                    "kubernetes_conn_id": {
+                        "label": "Kubernetes connection (cncf-kubernetes) for the kubernetes backend",
+                        "schema": {"type": ["string", "null"]},
+                    },
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["schema", "login"],

@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # The test command (README "make test", CI's .ci/run): lint, type check, then the whole pytest suite
-# against a real Kafka broker and a real Airflow metadata DB, both started by the suite itself.
+# against a real Kafka broker, a real Airflow metadata DB and a real Kubernetes control plane, all
+# started by the suite itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+# The Kubernetes control plane (kube-apiserver, kube-scheduler, etcd, kwok) for the kube tests: built
+# from source with Go once into ~/.cache/airflow-provider-primus (minutes), a stamp check afterwards.
+# Only the tests need it, so the demo's bootstrap does not build it.
+if command -v go >/dev/null 2>&1; then
+  .venv/bin/python -c 'import logging; logging.basicConfig(level=logging.INFO, format="test: %(message)s")
+from airflow_provider_primus.embedded.kube.binaries import ensure_binaries; ensure_binaries()'
+else
+  echo "test: warning: no go on PATH; the Kubernetes control plane is not built and its tests skip (install Go >= 1.25)" >&2
+fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

@@ -44,6 +44,23 @@ from airflow_provider_primus.embedded.kafka import (  # noqa: E402 - after the e
     KafkaDistribution,
     ensure_distribution,
 )
+from airflow_provider_primus.embedded.kube.binaries import (  # noqa: E402
+    GoNotFoundError,
+    KubeBinaries,
+    ensure_binaries,
+)
+from airflow_provider_primus.embedded.kube.cluster import KubeCluster  # noqa: E402
+from tests.kube_env import USERS as KUBE_ENV_USERS  # noqa: E402
+from tests.kube_env import KubeEnv, install_crd, new_namespace  # noqa: E402
+
+# Static-token users of the session's Kubernetes cluster: no RBAC of their own (tests bind them).
+KUBE_TEST_USERS = {
+    "primus-no-rbac": ["primus:nobody"],
+    "primus-pod-reader": ["primus:pod-readers"],
+    **KUBE_ENV_USERS,
+}
+KUBE_NODES = 3
+_kube_startup: list[float] = []
 
 
 def venv_bin(name: str) -> str:
@@ -96,6 +113,46 @@ def new_topic(kafka_broker: BrokerState) -> Iterator[Callable[..., str]]:
 
 
 @pytest.fixture(scope="session")
+def kube_binaries() -> KubeBinaries:
+    """The control plane's binaries; built on first use (minutes), then a stamp check (~1 ms)."""
+    try:
+        return ensure_binaries()
+    except GoNotFoundError as exc:  # only a missing toolchain skips; a failing build fails
+        pytest.skip(f"go not installed: {exc}")
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(kube_binaries: KubeBinaries) -> Iterator[KubeCluster]:
+    """One real control plane (etcd, kube-apiserver, kube-scheduler, kwok) per session with
+    ``KUBE_NODES`` kwok nodes; tests isolate themselves in their own namespaces."""
+    cluster = KubeCluster(kube_binaries, _SESSION_TMP / "kube", users=KUBE_TEST_USERS)
+    state = cluster.start()
+    _kube_startup.append(state.startup_seconds)
+    try:
+        cluster.add_nodes(KUBE_NODES)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_crd(kube_cluster: KubeCluster) -> KubeCluster:
+    """The session cluster with the PrimusJob CRD installed (and established)."""
+    from airflow_provider_primus.resources.kube_client import KubeApi
+
+    install_crd(KubeApi(kube_cluster.api_client()))
+    return kube_cluster
+
+
+@pytest.fixture
+def kube(kube_crd: KubeCluster) -> KubeEnv:
+    """A fresh namespace on the session cluster with the shipped RBAC bound to the test users."""
+    from airflow_provider_primus.resources.kube_client import KubeApi
+
+    return KubeEnv(kube_crd, new_namespace(kube_crd, KubeApi(kube_crd.api_client())))
+
+
+@pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """The session's SQLite metadata DB, migrated by Airflow's own CLI."""
     proc = subprocess.run(
@@ -108,6 +165,8 @@ def airflow_db() -> Path:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _broker_startup:
         terminalreporter.write_line(f"embedded Kafka broker startup: {_broker_startup[0]:.2f}s")
+    if _kube_startup:
+        terminalreporter.write_line(f"embedded Kubernetes control plane startup: {_kube_startup[0]:.2f}s")
 
 
 def _leaked_processes() -> list[psutil.Process]:

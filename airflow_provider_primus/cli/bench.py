@@ -76,6 +76,37 @@ def register(sub: Any) -> None:
     a.add_argument("--workdir", type=Path, help="where to generate the data (default: system temp)")
     a.set_defaults(handler=run_autoscale)
 
+    k = bsub.add_parser(
+        "k8s",
+        help="one master scaling a job from 10 to 1,000 executor pods and back on a real apiserver",
+        description="Start the embedded control plane (kube-apiserver + etcd, kube-scheduler, kwok with "
+        "NODES simulated nodes), submit a PrimusJob with LOW data executors, scale it to HIGH through the "
+        "scale subresource and back. Prints the master's pass time at HIGH, the time until HIGH pods run, "
+        "and the apiserver requests per idle pass at LOW and at HIGH.",
+    )
+    k.add_argument("--nodes", type=int, default=50)
+    k.add_argument("--low", type=int, default=10)
+    k.add_argument("--high", type=int, default=1000)
+    k.add_argument("--idle-passes", type=int, default=40, help="idle passes measured at each size")
+    k.add_argument("--settle-s", type=float, default=12.0, help="wait before measuring idle passes")
+    k.add_argument("--workdir", type=Path, help="where the cluster's files go (default: system temp)")
+    k.set_defaults(handler=run_k8s)
+
+
+def run_k8s(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.bench.k8s import run
+
+    result = run(
+        nodes=args.nodes,
+        low=args.low,
+        high=args.high,
+        idle_passes=args.idle_passes,
+        settle_s=args.settle_s,
+        workdir=args.workdir,
+    )
+    print(json.dumps(result))
+    return 0
+
 
 def run_autoscale(args: argparse.Namespace) -> int:
     from airflow_provider_primus.bench.autoscale import run

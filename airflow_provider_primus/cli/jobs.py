@@ -19,6 +19,28 @@ EXIT = {"Succeeded": 0, "Failed": 1, "Stopped": 3}
 
 def _store_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", type=Path, help="the job store (default: $PRIMUS_HOME/jobs.sqlite)")
+    kube = parser.add_argument_group(
+        "Kubernetes", "jobs as PrimusJob resources in a cluster (given --namespace or --kubeconfig)"
+    )
+    kube.add_argument("--namespace", "-n", help="the namespace of the PrimusJob resources")
+    kube.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)"
+    )
+    kube.add_argument("--context", help="kubeconfig context")
+
+
+def _kube_args(args: argparse.Namespace) -> list[str]:
+    out = []
+    for flag in ("namespace", "kubeconfig", "context"):
+        if getattr(args, flag, None):
+            out += [f"--{flag}", str(getattr(args, flag))]
+    return out
+
+
+def _kube_api(args: argparse.Namespace) -> Any:
+    from airflow_provider_primus.resources.kube_client import KubeApi, api_client_from
+
+    return KubeApi(api_client_from(kubeconfig=args.kubeconfig, context=args.context))
 
 
 def register(sub: Any) -> None:
@@ -94,7 +116,22 @@ def register(sub: Any) -> None:
 def _store(args: argparse.Namespace) -> Any:
     from airflow_provider_primus.master.store import SqliteJobStore
 
+    if getattr(args, "namespace", None) or getattr(args, "kubeconfig", None):
+        from airflow_provider_primus.master.kube_store import KubeJobStore
+
+        return KubeJobStore(_kube_api(args), args.namespace or "default")
     return SqliteJobStore(args.store)
+
+
+def _master(args: argparse.Namespace, store: Any, name: str, **kwargs: Any) -> Any:
+    """The job's master on the store's backend: local processes, or pods."""
+    from airflow_provider_primus.master.master import Master
+
+    if getattr(store, "kind", "local") == "kubernetes":
+        from airflow_provider_primus.master.kubernetes import kube_master
+
+        return kube_master(name, store.api, store.namespace, **kwargs)
+    return Master(name, store, **kwargs)
 
 
 def _job_name(arg: str) -> str:
@@ -113,7 +150,15 @@ def _client(store: Any, name: str) -> Any:
     api = (store.get(name).status.get("master") or {}).get("api")
     if not api:
         raise RuntimeError(f"job {name!r} has no running master")
-    return ControlClient(api, read_token(name))
+    try:
+        token = read_token(name)
+    except FileNotFoundError:
+        if getattr(store, "kind", "local") != "kubernetes":
+            raise
+        from airflow_provider_primus.master.kubernetes import read_token as read_secret
+
+        token = read_secret(store.api, store.namespace, name)  # submitted from another machine
+    return ControlClient(api, token)
 
 
 def _submit(args: argparse.Namespace, store: Any, labels: dict[str, str] | None = None) -> tuple[str, bool]:
@@ -123,7 +168,7 @@ def _submit(args: argparse.Namespace, store: Any, labels: dict[str, str] | None 
     from airflow_provider_primus.spec.loader import read_document
 
     document = read_document(args.job)
-    _, stored = load_job(document, args.job.resolve().parent)
+    _, stored = load_job(document, args.job.resolve().parent, getattr(store, "kind", "local"))
     name = str(stored["metadata"]["name"])
     try:
         existing = store.get(name)
@@ -158,7 +203,7 @@ def _line(status: dict[str, Any]) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.master.master import Master, MasterError
+    from airflow_provider_primus.master.master import MasterError
     from airflow_provider_primus.spec import SpecError
 
     store = _store(args)
@@ -171,7 +216,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(_line(status), file=sys.stderr, flush=True)
                 last[0] = time.monotonic()
 
-        master = Master(name, store, on_status=show)
+        master = _master(args, store, name, on_status=show)
     except (SpecError, MasterError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -213,7 +258,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if fresh or not (store.get(name).status.get("master") or {}).get("pid"):
-        start_master(name, store_path=args.store)
+        start_master(name, store_path=args.store, extra_args=_kube_args(args))
     try:
         wait_for(store, name, lambda r: bool(r.status.get("master")), timeout_s=60)
     except TimeoutError as exc:
@@ -300,11 +345,11 @@ def cmd_stop(args: argparse.Namespace) -> int:
 def cmd_master(args: argparse.Namespace) -> int:
     import logging
 
-    from airflow_provider_primus.master.master import Master, MasterError
+    from airflow_provider_primus.master.master import MasterError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        master = Master(args.name, _store(args))
+        master = _master(args, _store(args), args.name)
     except MasterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ from airflow_provider_primus.cli import (
     doctor,
     gen,
     jobs,
+    k8s,
     kafka,
     plan,
     serve_data,
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.register(sub)
     gen.register(sub)
     jobs.register(sub)
+    k8s.register(sub)
     return parser
 
 

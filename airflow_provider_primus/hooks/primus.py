@@ -3,8 +3,10 @@
 Connection type ``primus``:
 
 * ``extra.home`` — PRIMUS_HOME of the local backend (job store and job files; default: the
-  worker's ``$PRIMUS_HOME``); ``extra.backend`` — ``local`` (``kubernetes`` arrives with its backend),
-  ``extra.namespace`` / ``extra.context`` for that backend;
+  worker's ``$PRIMUS_HOME``); ``extra.backend`` — ``local`` or ``kubernetes``; for Kubernetes
+  ``extra.namespace`` and ``extra.kubernetes_conn_id`` (a cncf-kubernetes connection: the hook uses
+  that provider's ``KubernetesHook`` API client, never a process-global kube config). Operators may
+  override the backend, namespace and Kubernetes connection per task;
 * ``host``/``port`` — a fixed control-API endpoint, for jobs whose master listens on a known address
   (otherwise the endpoint is read from the job's status);
 * ``password`` — a secret from which each job's token is derived (HMAC-SHA256 of the job name), so
@@ -39,7 +41,7 @@ from airflow_provider_primus.master.jobs import (
     start_master,
     submit_document,
 )
-from airflow_provider_primus.master.store import JobNotFound, JobRecord, SqliteJobStore, modify
+from airflow_provider_primus.master.store import JobNotFound, JobRecord, JobStore, SqliteJobStore, modify
 from airflow_provider_primus.spec.loader import read_document
 
 T = TypeVar("T")
@@ -73,9 +75,21 @@ class PrimusHook(BaseHook):
         retries: int = 5,
         backoff_s: float = 0.5,
         timeout_s: float = 10.0,
+        backend: str | None = None,
+        namespace: str | None = None,
+        kubernetes_conn_id: str | None = None,
     ) -> None:
         super().__init__()
         self.primus_conn_id = primus_conn_id
+        self.overrides = {
+            k: v
+            for k, v in (
+                ("backend", backend),
+                ("namespace", namespace),
+                ("kubernetes_conn_id", kubernetes_conn_id),
+            )
+            if v
+        }
         self.retries = retries
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
@@ -90,17 +104,36 @@ class PrimusHook(BaseHook):
         except Exception:
             if self.primus_conn_id != self.default_conn_name:
                 raise
-            return {"home": None, "backend": "local", "host": None, "port": None, "secret": None}
+            return {
+                "home": None,
+                "backend": "local",
+                "namespace": None,
+                "kubernetes_conn_id": None,
+                "host": None,
+                "port": None,
+                "secret": None,
+                **self.overrides,
+            }
         extra = conn.extra_dejson
         return {
             "home": extra.get("home") or None,
             "backend": extra.get("backend") or "local",
             "namespace": extra.get("namespace"),
-            "context": extra.get("context"),
+            "kubernetes_conn_id": extra.get("kubernetes_conn_id"),
             "host": conn.host or None,
             "port": conn.port,
             "secret": conn.password or None,
+            **self.overrides,
         }
+
+    @property
+    def hook_params(self) -> dict[str, str]:
+        """What a trigger needs to build the same hook (the per-task overrides)."""
+        return dict(self.overrides)
+
+    @property
+    def kubernetes(self) -> bool:
+        return bool(self.settings["backend"] == "kubernetes")
 
     @property
     def home(self) -> Path | None:
@@ -108,13 +141,33 @@ class PrimusHook(BaseHook):
         return Path(home).expanduser() if home else None
 
     @cached_property
-    def store(self) -> SqliteJobStore:
+    def store(self) -> JobStore:
+        if self.kubernetes:
+            from airflow_provider_primus.master.kube_store import KubeJobStore
+
+            return KubeJobStore(self.kube_api, self.settings["namespace"] or "default")
         home = self.home
         return SqliteJobStore(home / "jobs.sqlite" if home else None)
 
+    @cached_property
+    def kube_api(self) -> Any:
+        """The cncf-kubernetes provider's API client for the configured connection."""
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+        from airflow_provider_primus.resources.kube_client import KubeApi
+
+        conn_id = self.settings["kubernetes_conn_id"] or KubernetesHook.default_conn_name
+        return KubeApi(KubernetesHook(conn_id=conn_id).api_client)
+
     def token(self, job: str) -> str:
         secret = self.settings["secret"]
-        return derive_token(secret, job) if secret else read_token(job, self.home)
+        if secret:
+            return derive_token(secret, job)
+        if self.kubernetes:
+            from airflow_provider_primus.master.kubernetes import read_token as read_secret
+
+            return read_secret(self.kube_api, self.settings["namespace"] or "default", job)
+        return read_token(job, self.home)
 
     def endpoint(self, record: JobRecord) -> str:
         if self.settings["host"]:
@@ -161,11 +214,50 @@ class PrimusHook(BaseHook):
         return record
 
     def start_master(self, name: str) -> int:
-        return start_master(name, store_path=self.store.path, home=self.home)
+        """Local: a background process. Kubernetes: the job's master driver pod (owned by the job)."""
+        if self.kubernetes:
+            self.start_master_pod(name)
+            return 0
+        return start_master(name, store_path=getattr(self.store, "path", None), home=self.home)
+
+    def start_master_pod(self, name: str, image: str | None = None) -> dict[str, Any]:
+        from airflow_provider_primus.master.kubernetes import DEFAULT_IMAGE, job_documents
+        from airflow_provider_primus.resources.kube import owner_reference
+        from airflow_provider_primus.resources.kube_client import KubeError, resource_path
+        from airflow_provider_primus.resources.kube_manifests import master_pod
+
+        store: Any = self.store
+        record = store.get(name)
+        kube = record.spec["spec"].get("backend", {}).get("kubernetes") or {}
+        pod = master_pod(
+            name,
+            store.namespace,
+            image or kube.get("image") or DEFAULT_IMAGE,
+            list(job_documents(record.spec)),
+            owner_reference(store.raw(name)),
+        )
+        try:
+            created: dict[str, Any] = self.kube_api.create(resource_path("v1", "pods", store.namespace), pod)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            created = self.kube_api.get(resource_path("v1", "pods", store.namespace, pod["metadata"]["name"]))
+        return created
+
+    def cancel_job(self, name: str) -> None:
+        """Cancel: on Kubernetes the PrimusJob is deleted (its pods, Secret and ConfigMap are owned by
+        it; the master, watching, stops the executors); locally the job is stopped."""
+        if self.kubernetes:
+            self.store.delete(name)
+            return
+        try:
+            self.stop_job(name)
+        except PrimusError:
+            self.request_stop_offline(name)
 
     def validate_job(self, path: str | Path) -> dict[str, Any]:
         path = Path(path)
-        _, stored = load_job(read_document(path), path.resolve().parent)
+        _, stored = load_job(read_document(path), path.resolve().parent, self.settings["backend"])
         return stored
 
     def get_job(self, name: str) -> JobRecord | None:
@@ -312,14 +404,15 @@ class PrimusHook(BaseHook):
 
     def test_connection(self) -> tuple[bool, str]:
         """The store must open; a configured fixed endpoint must answer."""
+        where = getattr(self.store, "path", None) or f"namespace {self.settings['namespace'] or 'default'}"
         try:
             jobs = self.store.find()
         except Exception as exc:
-            return False, f"cannot open the job store at {self.store.path}: {exc}"
+            return False, f"cannot open the job store at {where}: {exc}"
         if self.settings["host"]:
             port = f":{self.settings['port']}" if self.settings["port"] else ""
             try:
                 httpx.get(f"http://{self.settings['host']}{port}/v1/status", timeout=self.timeout_s)
             except httpx.HTTPError as exc:
                 return False, f"control API not reachable: {exc}"
-        return True, f"job store {self.store.path}: {len(jobs)} job(s)"
+        return True, f"job store {where}: {len(jobs)} job(s)"

@@ -58,9 +58,12 @@ def read_token(name: str, home: Path | None = None) -> str:
     return job_paths(name, home).token.read_text().strip()
 
 
-def load_job(document: Mapping[str, Any], base: Path) -> tuple[PrimusJob, dict[str, Any]]:
+def load_job(
+    document: Mapping[str, Any], base: Path, store_kind: str = "local"
+) -> tuple[PrimusJob, dict[str, Any]]:
     """Validate the job and the documents it references; returns the job and its stored form (paths
-    made absolute so the master does not depend on the submitter's working directory)."""
+    made absolute so the master does not depend on the submitter's working directory). ``store_kind``
+    is where it is being submitted: a job runs on the backend of the store it is submitted to."""
     job = validate_job_spec(document)
     spec = job.spec
     data_path = (base / spec.data).resolve()
@@ -92,18 +95,25 @@ def load_job(document: Mapping[str, Any], base: Path) -> tuple[PrimusJob, dict[s
         )
     if spec.roles.trainer.replicas.min != 1:
         issues.append(
-            SpecIssue("spec.roles.trainer.replicas", "the local backend runs one trainer executor per job")
+            SpecIssue("spec.roles.trainer.replicas", "a job runs one trainer executor (scale it vertically)")
         )
     if spec.roles.evaluator is not None:
         issues.append(
             SpecIssue(
                 "spec.roles.evaluator",
-                "not supported by the local backend yet (holdout "
+                "not supported yet (holdout "
                 "evaluation runs in the trainer: training spec evaluation.holdout)",
             )
         )
-    if spec.backend.type != "local":
-        issues.append(SpecIssue("spec.backend.type", "only 'local' is available (kubernetes: issue #8)"))
+    if spec.backend.type != store_kind:
+        where = "a Kubernetes cluster" if store_kind == "kubernetes" else "the local job store"
+        issues.append(
+            SpecIssue(
+                "spec.backend.type",
+                f"is {spec.backend.type!r} but the job is being submitted to {where} "
+                f"(set backend.type: {store_kind!r}, or submit it to the other store)",
+            )
+        )
     if files and data.spec.window is None and not spec.follow:
         issues.append(SpecIssue("spec.data", "the data document needs spec.window (the historical window)"))
     if issues:
@@ -144,9 +154,10 @@ def submit_document(
     store = store or SqliteJobStore()
     if name is not None:
         document = {**document, "metadata": {**dict(document.get("metadata") or {}), "name": name}}
-    _, stored = load_job(document, base)
+    _, stored = load_job(document, base, getattr(store, "kind", "local"))
     name = str(stored["metadata"]["name"])
     record = store.create(name, stored, labels)
+    provision = getattr(store, "provision", None)
     paths = job_paths(name, home)
     try:
         if paths.root.exists() and not keep_files:
@@ -154,22 +165,33 @@ def submit_document(
         paths.root.mkdir(parents=True, exist_ok=True)
         paths.token.unlink(missing_ok=True)  # created anew: O_EXCL guarantees the 0600 mode
         fd = os.open(paths.token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        token = token or new_token()
         with os.fdopen(fd, "w") as f:
-            f.write(token or new_token())
-    except OSError:
+            f.write(token)
+        if provision is not None:  # Kubernetes: the token as a Secret, the documents as a ConfigMap
+            provision(name, token, stored)
+    except Exception:
         store.delete(name)  # no job without its token
         raise
     store.add_event(name, "Submitted", f"job {name!r} submitted")
     return record
 
 
-def start_master(name: str, *, store_path: Path | None = None, home: Path | None = None) -> int:
-    """Start the job's master in the background (its own session, outliving this process)."""
+def start_master(
+    name: str,
+    *,
+    store_path: Path | None = None,
+    home: Path | None = None,
+    extra_args: list[str] | None = None,
+) -> int:
+    """Start the job's master in the background (its own session, outliving this process).
+    ``extra_args`` select another store (``--namespace``/``--kubeconfig``: a Kubernetes job)."""
     paths = job_paths(name, home)
     paths.root.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "airflow_provider_primus.cli.main", "master", name]
     if store_path is not None:
         command += ["--store", str(store_path)]
+    command += extra_args or []
     env = dict(os.environ, PRIMUS_HOME=str(home)) if home is not None else None
     with open(paths.master_log, "ab") as log:
         proc = subprocess.Popen(

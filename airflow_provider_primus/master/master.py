@@ -11,6 +11,7 @@ duplicates) and its dispatcher resumes from the acknowledged progress it persist
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -18,6 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
 from airflow_provider_primus.master.api import ApiServer, create_app
 from airflow_provider_primus.master.jobs import TERMINAL, job_paths, read_token
-from airflow_provider_primus.master.store import JobStore, modify
+from airflow_provider_primus.master.store import JobNotFound, JobStore, modify
 from airflow_provider_primus.resources.autoscaler import Decision, RoleView, decide
 from airflow_provider_primus.resources.backend import Allotment, Backend, Handle, Observation
 from airflow_provider_primus.resources.telemetry import Sample
@@ -44,6 +46,8 @@ from airflow_provider_primus.spec.training import default_training
 log = logging.getLogger(__name__)
 
 RUNNING, REMOVING, COMPLETED, FAILED, REMOVED = "running", "removing", "completed", "failed", "removed"
+LAUNCH_WORKERS = 16  # concurrent launches for a backend that allows them (pod creates)
+STATUS_HEARTBEAT_S = 10.0  # an unchanged status is rewritten this often (liveness for readers)
 MAX_PASS_ERRORS = 20  # consecutive failed passes (about 10 s) before the job is failed
 
 
@@ -106,6 +110,8 @@ class Master:
         home: Path | None = None,
         tick_s: float = 0.5,
         on_status: Callable[[dict[str, Any]], None] | None = None,
+        token: str | None = None,
+        backend_factory: Callable[[Master], Backend] | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -118,7 +124,9 @@ class Master:
         )
         self.paths = job_paths(name, home)
         self.paths.executors.mkdir(parents=True, exist_ok=True)
-        self.token = read_token(name, home)
+        self.token = token or read_token(name, home)
+        if backend is None and backend_factory is not None:
+            backend = backend_factory(self)
         if backend is None:
             from airflow_provider_primus.resources.local import LocalBackend
 
@@ -128,6 +136,7 @@ class Master:
         self.on_status = on_status
         self.wake = threading.Event()
         self.samples: deque[Sample] = deque(maxlen=4000)
+        self.pass_times: deque[float] = deque(maxlen=1000)  # seconds per reconcile pass (benchmarks)
         self._events_tail: deque[dict[str, Any]] = deque(maxlen=20)
         self._pending_events: list[tuple[str, str, str | None, dict[str, Any]]] = []
         self._events_lock = threading.Lock()
@@ -152,6 +161,7 @@ class Master:
         self.windows: list[dict[str, Any]] = list(previous.get("windows") or [])
         self.savepoints: dict[str, dict[str, Any]] = dict(previous.get("savepoints") or {})
         self.applied: dict[str, Any] = dict(previous.get("applied") or {})
+        self._last_write: tuple[str, float] = ("", 0.0)
         self.suspended = bool(previous.get("suspended", False))
         self.server = self._start_data_service(previous)
         master = previous.get("master") or {}
@@ -219,9 +229,10 @@ class Master:
             if ex.state not in (RUNNING, REMOVING):
                 continue
             if self.backend.adopt(ex.handle):
-                self._event(
-                    "ExecutorAdopted", f"re-adopted {ex.name} (pid {ex.handle.ref.get('pid')})", ex.name
-                )
+                where = ex.handle.ref.get("pod") or f"pid {ex.handle.ref.get('pid')}"
+                self._event("ExecutorAdopted", f"re-adopted {ex.name} ({where})", ex.name)
+                if ex.state == REMOVING:  # the previous master's stop request died with it
+                    threading.Thread(target=self.backend.terminate, args=(ex.handle,), daemon=True).start()
             else:
                 self._event("ExecutorLost", f"{ex.name} ended while the master was away", ex.name)
                 self._on_exit(
@@ -289,6 +300,10 @@ class Master:
                 try:
                     self.reconcile()
                     errors = 0
+                except JobNotFound:  # the job object was deleted (Kubernetes: a cancel): stop it all
+                    self.phase, self.message = "Stopped", "the job object was deleted"
+                    log.info("job %s deleted: stopping its executors", self.name)
+                    break
                 except Exception as exc:  # one bad pass must not take a long-running job down
                     errors += 1
                     log.exception("reconcile pass failed")
@@ -304,6 +319,13 @@ class Master:
         return self.phase
 
     def reconcile(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._reconcile()
+        finally:
+            self.pass_times.append(time.perf_counter() - started)
+
+    def _reconcile(self) -> None:
         with self._events_lock:
             pending, self._pending_events = self._pending_events, []
         for type_, message, executor, data in pending:
@@ -318,6 +340,8 @@ class Master:
             self._autoscale()
             self._converge()
             self._check_done()
+        if self.phase not in TERMINAL:
+            self._publish_scale()
         if self.phase in TERMINAL:
             self._stop_all()
         elif self.suspended:
@@ -340,10 +364,17 @@ class Master:
             if suspend:
                 self._stop_all()
         gen = int(desired.get("scale_gen", 0))
-        if gen > int(self.applied.get("scale_gen", 0)):
-            for role, replicas in (desired.get("scale") or {}).items():
-                self._manual_scale(role, int(replicas))
+        scale = dict(desired.get("scale") or {})
+        # A request through the control API bumps scale_gen; the Kubernetes scale subresource
+        # (kubectl scale, an HPA) only writes scale.data, so a changed value counts as a request too.
+        requested = gen > int(self.applied.get("scale_gen", 0))
+        if requested or scale != self.applied.get("scale", {}):
+            for role, replicas in scale.items():
+                changed = replicas != self.applied.get("scale", {}).get(role)
+                if requested or (changed and replicas != self.replicas.get(role)):
+                    self._manual_scale(role, int(replicas))
             self.applied["scale_gen"] = gen
+            self.applied["scale"] = scale
         gen = int(desired.get("resize_gen", 0))
         if gen > int(self.applied.get("resize_gen", 0)):
             for name, want in (desired.get("resize") or {}).items():
@@ -358,6 +389,27 @@ class Master:
                 for ex in self._running("trainer"):
                     self.server.send_command(ex.service_name, {"type": "savepoint", "id": sp})
                 self._event("SavepointRequested", f"savepoint {sp} requested")
+
+    def _publish_scale(self) -> None:
+        """Kubernetes: ``spec.desired.scale.data`` follows the master's own decisions (autoscaler,
+        clamping), so ``kubectl scale`` and an HPA read the current target through the scale
+        subresource. A person's request not yet applied is never overwritten."""
+        if getattr(self.store, "kind", "local") != "kubernetes":
+            return
+        want, applied = self.replicas["data"], dict(self.applied.get("scale") or {})
+        if applied.get("data") == want:
+            return
+
+        def change(record: Any) -> dict[str, Any]:
+            desired = dict(record.desired)
+            scale = dict(desired.get("scale") or {})
+            if scale.get("data") == applied.get("data"):
+                desired["scale"] = {**scale, "data": want}
+            return desired
+
+        record = modify(self.store, self.name, change)
+        if (record.desired.get("scale") or {}).get("data") == want:
+            self.applied["scale"] = dict(record.desired["scale"])
 
     def _manual_scale(self, role: str, replicas: int) -> None:
         spec_role = self.job.spec.roles.get(role)
@@ -607,17 +659,29 @@ class Master:
                 want = 0
             running = self._running(role)
             spec_role = self._role(role)
-            for _ in range(want - len(running)):
-                used = {
-                    e.handle.index
-                    for e in self.executors.values()
-                    if e.handle.role == role and e.state in (RUNNING, REMOVING)
-                }
-                index = next(i for i in range(len(used) + 1) if i not in used)
-                self._launch(role, index, Allotment(spec_role.resources.cpu, spec_role.resources.memory))
+            used = {
+                e.handle.index
+                for e in self.executors.values()
+                if e.handle.role == role and e.state in (RUNNING, REMOVING)
+            }
+            free = (i for i in range(want + len(used) + 1) if i not in used)
+            indexes = [next(free) for _ in range(want - len(running))]
+            allotment = Allotment(spec_role.resources.cpu, spec_role.resources.memory)
+            self._launch_all(role, indexes, allotment)
             if len(running) > want:
                 for victim in sorted(running, key=lambda e: -e.handle.index)[: len(running) - want]:
                     self._remove(victim)
+
+    def _launch_all(self, role: str, indexes: list[int], allotment: Allotment) -> None:
+        """Launch executors; concurrently where the backend's launch is a network round trip (a pod
+        create), so scaling out by hundreds takes seconds, not minutes."""
+        if len(indexes) > 1 and getattr(self.backend, "parallel_launch", False):
+            with ThreadPoolExecutor(max_workers=LAUNCH_WORKERS) as pool:
+                for future in [pool.submit(self._launch, role, i, allotment) for i in indexes]:
+                    future.result()
+            return
+        for index in indexes:
+            self._launch(role, index, allotment)
 
     def _launch(self, role: str, index: int, allotment: Allotment, previous: Executor | None = None) -> None:
         name = f"{role}-{index}"
@@ -631,13 +695,15 @@ class Master:
         exit_file = self._exit_file(ex)
         exit_file.unlink(missing_ok=True)
         env = {TOKEN_ENV: self.token, EXIT_FILE_ENV: str(exit_file)}
-        ex.handle = self.backend.launch(name, role, index, allotment, command, env)
+        ex.handle = self.backend.launch(
+            name, role, index, allotment, command, env, incarnation=ex.incarnation
+        )
         self.executors[name] = ex
         self._event(
             "ExecutorLaunched",
             f"{name} (incarnation {ex.incarnation}): {allotment.cpu:g} CPU, {allotment.memory // 2**20} MiB",
             name,
-            {"pid": ex.handle.ref.get("pid"), "cpu": allotment.cpu, "memory": allotment.memory},
+            {**ex.handle.ref, "cpu": allotment.cpu, "memory": allotment.memory},
         )
 
     def _command(self, role: str, service_name: str) -> list[str]:
@@ -759,6 +825,12 @@ class Master:
             view["consumed"] = view["tasks_done"] == len(ids)
         return view
 
+    def _roles_summary(self) -> str:
+        """``data 3/3, trainer 1/1``: running of wanted, for ``kubectl get primusjobs``."""
+        return ", ".join(
+            f"{role} {len(self._running(role))}/{want}" for role, want in sorted(self.replicas.items())
+        )
+
     def _write_status(self) -> None:
         proc = psutil.Process()
         status = {
@@ -774,6 +846,8 @@ class Master:
                 "dispatcher_port": self.server.port,
             },
             "replicas": self.replicas,
+            "selector": f"primus.dev/job={self.name},primus.dev/role=data",
+            "roles": self._roles_summary(),
             "executors": {n: self._executor_view(e) for n, e in sorted(self.executors.items())},
             "progress": self._progress(),
             "windows": [self._window_view(w) for w in self.windows],
@@ -782,9 +856,15 @@ class Master:
             "applied": self.applied,
             "events": list(self._events_tail),
             "data_progress": self.dispatcher.progress(),
-            "updated": time.time(),
         }
+        # An unchanged status is not written again until a heartbeat is due: on Kubernetes every
+        # write is an etcd revision, and an idle job must not cost requests per pass.
+        fingerprint, now = json.dumps(status, sort_keys=True, default=str), time.monotonic()
+        if fingerprint == self._last_write[0] and now - self._last_write[1] < STATUS_HEARTBEAT_S:
+            return
+        status["updated"] = time.time()
         modify(self.store, self.name, lambda _r: status, part="status")
+        self._last_write = (fingerprint, now)
         if self.on_status is not None:
             self.on_status(status)
 

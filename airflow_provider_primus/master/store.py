@@ -141,6 +141,8 @@ def default_store_path() -> Path:
 
 
 class SqliteJobStore:
+    kind = "local"  # the backend its jobs run on
+
     def __init__(self, path: Path | None = None, poll_s: float = 0.05) -> None:
         self.path = path or default_store_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)

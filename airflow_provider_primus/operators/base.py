@@ -71,16 +71,30 @@ class PrimusBaseOperator(BaseOperator):
         primus_conn_id: str = PrimusHook.default_conn_name,
         deferrable: bool = True,
         poll_interval: float = 10.0,
+        backend: str | None = None,
+        namespace: str | None = None,
+        kubernetes_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if backend not in (None, "local", "kubernetes"):
+            raise ValueError(f"backend must be 'local' or 'kubernetes', got {backend!r}")
         self.primus_conn_id = primus_conn_id
         self.deferrable = deferrable
         self.poll_interval = poll_interval
+        # None: the connection's settings (extra.backend, extra.namespace, extra.kubernetes_conn_id).
+        self.backend = backend
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
 
     @property
     def hook(self) -> PrimusHook:
-        return PrimusHook(self.primus_conn_id)
+        return PrimusHook(
+            self.primus_conn_id,
+            backend=self.backend,
+            namespace=self.namespace,
+            kubernetes_conn_id=self.kubernetes_conn_id,
+        )
 
     def should_defer(self) -> bool:
         if not self.deferrable:
@@ -122,6 +136,7 @@ class PrimusBaseOperator(BaseOperator):
                     primus_conn_id=self.primus_conn_id,
                     poll_interval=self.poll_interval,
                     report_every_s=report_every_s,
+                    hook_params=self.hook.hook_params,
                 ),
                 method_name="execute_complete",
             )

@@ -4,6 +4,8 @@ planned window to it, and manual scaling. Thin: they call the hook and defer to 
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,10 +24,33 @@ from airflow_provider_primus.spec.loader import read_document
 from airflow_provider_primus.triggers.job import PrimusJobTrigger, find_window
 
 
+def run_labels(dag_id: str, task_id: str, run_id: str) -> dict[str, str]:
+    """Labels naming the task run; values made valid Kubernetes label values (63 characters of
+    ``[A-Za-z0-9._-]``, alphanumeric at both ends) with a digest when that changed them."""
+    return {
+        "airflow.dag_id": label_value(dag_id),
+        "airflow.task_id": label_value(task_id),
+        "airflow.run_id": label_value(run_id),
+    }
+
+
+def label_value(value: str) -> str:
+    clean = re.sub(r"[^A-Za-z0-9._-]", "-", value)[:63].strip("-_.")
+    if clean == value:
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:8]
+    return f"{clean[:54].strip('-_.')}-{digest}".lstrip("-")
+
+
 class PrimusSubmitJobOperator(PrimusBaseOperator):
-    """Run a PrimusJob to its end. The job is named after (dag_id, task_id, run_id): a retry finds
-    the job its first try started and waits for it again — a second job is never started while one
-    runs; a job that failed is submitted afresh. Killing the task stops the job."""
+    """Run a PrimusJob to its end. The job is named after (dag_id, task_id, run_id) and labelled with
+    them: a retry finds the job its first try started (by those labels) and waits for it again — a
+    second job is never started while one runs; a job that failed is submitted afresh. Killing the
+    task stops the job (on Kubernetes: deletes the PrimusJob, whose pods follow).
+
+    ``backend="kubernetes"`` submits the job as a PrimusJob resource through the cncf-kubernetes
+    ``KubernetesHook`` of ``kubernetes_conn_id`` (in ``namespace``) and, with ``start_master``, starts
+    the job's master as a driver pod."""
 
     template_fields: Sequence[str] = ("job", "name", "labels")
     ui_color = "#d4e3f1"
@@ -38,6 +63,7 @@ class PrimusSubmitJobOperator(PrimusBaseOperator):
         labels: Mapping[str, str] | None = None,
         wait: bool = True,
         report_every_s: float = 60.0,
+        start_master: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -45,6 +71,7 @@ class PrimusSubmitJobOperator(PrimusBaseOperator):
         self.name = name
         self.labels = dict(labels or {})
         self.wait = wait
+        self.start_master = start_master
         self.report_every_s = report_every_s
         self._job_name: str | None = None
 
@@ -55,14 +82,17 @@ class PrimusSubmitJobOperator(PrimusBaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         name = self._name(context)
-        self._job_name = name
         labels = {
-            "airflow.dag_id": self.dag_id,
-            "airflow.task_id": self.task_id,
-            "airflow.run_id": str(context.get("run_id") or ""),
+            **run_labels(self.dag_id, self.task_id, str(context.get("run_id") or "")),
             **self.labels,
         }
-        record = self.hook.get_job(name)
+        hook = self.hook
+        # Reattach by labels: the job this task's earlier try started, whatever it was named.
+        tried = [r for r in hook.find_jobs(labels) if r.status.get("phase") not in TERMINAL]
+        if tried:
+            name = tried[0].name
+        self._job_name = name
+        record = hook.get_job(name)
         if record is not None and record.status.get("phase") == "Succeeded":
             self.log.info("job %s already succeeded (an earlier try): not running it again", name)
             self.push_job(context, name)
@@ -75,7 +105,7 @@ class PrimusSubmitJobOperator(PrimusBaseOperator):
             record = None
         if record is None:
             try:
-                self.hook.submit_job(self.job, name=name, labels=labels)
+                hook.submit_job(self.job, name=name, labels=labels, start=self.start_master)
                 self.log.info("submitted job %s", name)
             except JobExists:
                 self.log.info("job %s was just submitted by another try: reattaching", name)
@@ -90,9 +120,9 @@ class PrimusSubmitJobOperator(PrimusBaseOperator):
         return self.outcome(event)
 
     def on_kill(self) -> None:
-        """Polling in the worker (not deferred): the task's kill stops the job."""
+        """Polling in the worker (not deferred): the task's kill stops (Kubernetes: deletes) the job."""
         if self._job_name:
-            self.hook.stop_job(self._job_name)
+            self.hook.cancel_job(self._job_name)
 
 
 class PrimusStreamingTrainerOperator(PrimusBaseOperator):
@@ -196,6 +226,7 @@ class PrimusAppendWindowOperator(PrimusBaseOperator):
                     window={"start": start, "end": end},
                     poll_interval=self.poll_interval,
                     stop_on_kill=False,  # the job outlives this window
+                    hook_params=self.hook.hook_params,
                 ),
                 method_name="execute_complete",
             )

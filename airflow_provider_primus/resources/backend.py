@@ -81,6 +81,7 @@ class Backend(Protocol):
         allotment: Allotment,
         command: Sequence[str],
         env: Mapping[str, str],
+        incarnation: int = 0,
     ) -> Handle: ...
 
     def resize(self, handle: Handle, allotment: Allotment) -> Handle:

@@ -127,6 +127,7 @@ class LocalBackend:
         allotment: Allotment,
         command: Sequence[str],
         env: Mapping[str, str],
+        incarnation: int = 0,
     ) -> Handle:
         afile = self.workdir / f"{name}.allotment.json"
         logfile = self.workdir / f"{name}.log"

@@ -104,7 +104,7 @@ SourceName = Annotated[
 ]
 ColumnName = Annotated[str, AfterValidator(_column_name)]
 TopicName = Annotated[str, Field(json_schema_extra={"pattern": f"^{_TOPIC.pattern}$"})]
-NonEmptyStr = Annotated[str, AfterValidator(_non_empty)]
+NonEmptyStr = Annotated[str, AfterValidator(_non_empty), Field(json_schema_extra={"minLength": 1})]
 # Strict so that YAML's ``true`` is not quietly read as 1 worker or a weight of 1.0.
 PositiveInt = Annotated[int, Strict(), Field(gt=0)]
 PositiveFloat = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]

@@ -270,9 +270,15 @@ class Scaling(StrictModel):
 
 
 class KubernetesBackend(StrictModel):
+    """Where and how executor pods run. ``image`` defaults to the provider's executor image
+    (docker/Dockerfile); ``on_resize_refused`` is the fallback when the cluster refuses an in-place
+    resize: ``keep`` the allotment (the autoscaler may scale out instead) or ``recreate`` the pod."""
+
     namespace: NonEmptyStr = "default"
     image: NonEmptyStr | None = None
     context: NonEmptyStr | None = None
+    executor_service_account: NonEmptyStr | None = None
+    on_resize_refused: Literal["keep", "recreate"] = "keep"
 
 
 class Backend(StrictModel):

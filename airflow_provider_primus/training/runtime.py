@@ -549,11 +549,13 @@ class Trainer:
                 if self.reporter is not None:
                     self.reporter.rows += int(ctl[1])
                     self.reporter.extra["step"] = self.step
+                # Traced before anything can checkpoint (a savepoint below): a checkpoint that holds
+                # this step while a kill lost its trace line would read as rows never trained.
+                if self.options.trace is not None:
+                    self.options.trace(self.step, parts)
                 self._between_steps(policy)
                 if step_plan is not None:
                     self._account(step_plan.rows, step_plan.deferred, guard, lag, age)
-                if self.options.trace is not None:
-                    self.options.trace(self.step, parts)
                 self.metrics.elapsed_s = elapsed_before + (now - started)
                 if ctl[5]:
                     self._checkpoint(policy)

@@ -56,6 +56,7 @@ class PrimusJobTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         report_every_s: float = 60.0,
         stop_on_kill: bool = True,
+        hook_params: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
         if wait_for not in WAIT_FOR:
@@ -69,6 +70,7 @@ class PrimusJobTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.report_every_s = report_every_s
         self.stop_on_kill = stop_on_kill
+        self.hook_params = dict(hook_params or {})  # backend, namespace, kubernetes_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -81,11 +83,18 @@ class PrimusJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "report_every_s": self.report_every_s,
                 "stop_on_kill": self.stop_on_kill,
+                "hook_params": self.hook_params,
             },
         )
 
     def _hook(self) -> PrimusHook:
-        return PrimusHook(self.primus_conn_id)
+        p = self.hook_params
+        return PrimusHook(
+            self.primus_conn_id,
+            backend=p.get("backend"),
+            namespace=p.get("namespace"),
+            kubernetes_conn_id=p.get("kubernetes_conn_id"),
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = self._hook()
@@ -133,6 +142,9 @@ class PrimusJobTrigger(BaseTrigger):
         if not self.stop_on_kill:
             return
         hook = self._hook()
+        if hook.kubernetes:  # cancelling deletes the PrimusJob (its pods follow)
+            await asyncio.to_thread(hook.cancel_job, self.job)
+            return
         try:
             await hook.astop_job(self.job)
         except PrimusError:  # no master answers: the stop waits in the job object for the next one

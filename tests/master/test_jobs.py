@@ -178,8 +178,8 @@ def test_a_files_source_without_a_window_needs_follow(specs: Path) -> None:
     ("spec", "path", "words"),
     [
         ({"roles": {"trainer": {"replicas": {"min": 2}}}}, "spec.roles.trainer.replicas", "one trainer"),
-        ({"roles": {"evaluator": {}}}, "spec.roles.evaluator", "not supported by the local backend"),
-        ({"backend": {"type": "kubernetes"}}, "spec.backend.type", "only 'local' is available"),
+        ({"roles": {"evaluator": {}}}, "spec.roles.evaluator", "not supported yet"),
+        ({"backend": {"type": "kubernetes"}}, "spec.backend.type", "submitted to the local job store"),
     ],
 )
 def test_what_the_local_backend_cannot_run_is_refused(specs: Path, spec: Doc, path: str, words: str) -> None:

@@ -339,7 +339,8 @@ def test_observe_reports_growing_cpu_rss_and_the_exit_code(executors: Executors)
 
     quitter, _ = executors.launch(backend, "quitter", "import sys; sys.exit(3)")
     ended = observe_until(backend, quitter, lambda o: not o.alive, "the exit")
-    assert ended.exit_code == 3 and ended.reason == "exited" and ended.rss == 0
+    # (rss is the peak since the previous observation: the watchdog may have sampled the short life)
+    assert ended.exit_code == 3 and ended.reason == "exited"
 
 
 def test_cgroup_v2_limits_where_delegated(

@@ -16,6 +16,18 @@ from typing import Any
 from pyarrow import flight
 
 TOKEN_ENV = "PRIMUS_JOB_TOKEN"
+# A server bound to every interface (``0.0.0.0`` in a pod) tells its peers this address instead:
+# the Kubernetes backend sets it to the pod's IP through the downward API.
+ADVERTISE_ENV = "PRIMUS_ADVERTISE_HOST"
+
+
+def advertised(host: str, port: int) -> str:
+    """The location peers dial for a server bound to ``host``."""
+    if host in ("0.0.0.0", "::", "") and os.environ.get(ADVERTISE_ENV):
+        host = os.environ[ADVERTISE_ENV]
+    return f"grpc://{host}:{port}"
+
+
 HEADER = "authorization"
 
 

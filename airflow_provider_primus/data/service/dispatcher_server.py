@@ -13,7 +13,7 @@ from typing import Any
 
 from pyarrow import flight
 
-from airflow_provider_primus.data.service.auth import TokenAuthFactory, call_options
+from airflow_provider_primus.data.service.auth import TokenAuthFactory, advertised, call_options
 from airflow_provider_primus.data.service.dispatcher import Dispatcher, JobFailed, Lease
 from airflow_provider_primus.data.service.wire import dumps, loads, task_from_dict, task_to_dict
 
@@ -22,7 +22,7 @@ class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
     def __init__(self, dispatcher: Dispatcher, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(f"grpc://{host}:{port}", middleware={"auth": TokenAuthFactory(token)})
         self.dispatcher = dispatcher
-        self.location = f"grpc://{host}:{self.port}"
+        self.location = advertised(host, self.port)
         self._thread: threading.Thread | None = None
         # Executors that lease nothing (trainers) report their telemetry here and pick up commands
         # from the master (e.g. a savepoint) in the answer.

@@ -30,7 +30,7 @@ from pyarrow import flight
 
 from airflow_provider_primus.data.errors import CorruptFileError
 from airflow_provider_primus.data.reader import read_task
-from airflow_provider_primus.data.service.auth import TokenAuthFactory
+from airflow_provider_primus.data.service.auth import TokenAuthFactory, advertised
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.data.service.wire import dumps, loads
 from airflow_provider_primus.data.sources.files import open_filesystem
@@ -87,7 +87,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
     ) -> None:
         super().__init__(f"grpc://{host}:{port}", middleware={"auth": TokenAuthFactory(token)})
         self.name = name
-        self.location = f"grpc://{host}:{self.port}"
+        self.location = advertised(host, self.port)
         self.client = DispatcherClient(dispatcher, token, grace_s=master_grace_s)
         self.spec = spec
         self.window = window

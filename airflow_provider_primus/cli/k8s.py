@@ -1,0 +1,107 @@
+"""``primus crd`` and ``primus k8s install | manifests``: the cluster side of the Kubernetes backend."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    crd = sub.add_parser(
+        "crd",
+        help="print the PrimusJob CustomResourceDefinition (YAML)",
+        description="Print the PrimusJob CRD. Its OpenAPI schema is generated from the same models that "
+        "validate jobs locally, so the apiserver refuses what `primus validate` refuses.",
+    )
+    crd.set_defaults(handler=cmd_crd)
+
+    k8s = sub.add_parser(
+        "k8s", help="install the CRD and RBAC in a cluster", description="Kubernetes set-up."
+    )
+    ksub = k8s.add_subparsers(dest="k8s_command", metavar="COMMAND", required=True)
+
+    install = ksub.add_parser(
+        "install",
+        help="apply the CRD (and with --rbac the master's RBAC) — idempotent",
+        description="Apply the PrimusJob CRD with server-side apply and wait until it is established. "
+        "With --rbac also apply the master's ServiceAccount, Role and bindings in --namespace.",
+    )
+    _cluster_args(install)
+    install.add_argument("--rbac", action="store_true", help="also apply the RBAC manifests in --namespace")
+    install.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the CRD (default 60)"
+    )
+    install.set_defaults(handler=cmd_install)
+
+    manifests = ksub.add_parser(
+        "manifests",
+        help="print the RBAC manifests (and a job's master driver pod)",
+        description="Print the ServiceAccount, Roles and bindings the master needs in NAMESPACE; with "
+        "--master JOB also the driver pod that runs JOB's master.",
+    )
+    manifests.add_argument("--namespace", "-n", default="default")
+    manifests.add_argument("--master", metavar="JOB", help="also print the master driver pod of JOB")
+    manifests.add_argument("--image", help="the image of the master pod (default: the provider's)")
+    manifests.add_argument(
+        "--document",
+        action="append",
+        default=[],
+        help="a path the job references (mounted in the master pod)",
+    )
+    manifests.set_defaults(handler=cmd_manifests)
+
+
+def _cluster_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--namespace", "-n", default="default", help="namespace for the RBAC objects")
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)"
+    )
+    parser.add_argument("--context", help="kubeconfig context")
+
+
+def _dump(docs: list[dict[str, Any]]) -> str:
+    import yaml
+
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def cmd_crd(_args: argparse.Namespace) -> int:
+    from airflow_provider_primus.spec.crd import crd
+
+    sys.stdout.write(_dump([crd()]))
+    return 0
+
+
+def cmd_manifests(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.master.kubernetes import DEFAULT_IMAGE
+    from airflow_provider_primus.resources.kube_manifests import master_pod, rbac
+
+    docs = rbac(args.namespace)
+    if args.master:
+        docs.append(master_pod(args.master, args.namespace, args.image or DEFAULT_IMAGE, args.document))
+    sys.stdout.write(_dump(docs))
+    return 0
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.resources.kube_client import KubeApi, KubeError, api_client_from
+    from airflow_provider_primus.resources.kube_install import apply, wait_established
+    from airflow_provider_primus.resources.kube_manifests import rbac
+    from airflow_provider_primus.spec.crd import CRD_NAME, crd
+
+    try:
+        api = KubeApi(api_client_from(kubeconfig=args.kubeconfig, context=args.context))
+        started = time.monotonic()
+        apply(api, crd())
+        wait_established(api, CRD_NAME, args.timeout)
+        print(f"customresourcedefinition/{CRD_NAME} established ({time.monotonic() - started:.1f}s)")
+        if args.rbac:
+            for doc in rbac(args.namespace):
+                apply(api, doc)
+                print(f"{doc['kind'].lower()}/{doc['metadata']['name']} applied")
+    except (KubeError, TimeoutError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,410 @@
+"""The Kubernetes backend: executors are pods, resized in place through ``pods/resize``.
+
+It implements the executor contract of ``backend.py`` so the master, the dispatcher and the
+autoscaler are the same on a laptop and on a cluster. What is specific here:
+
+* **Identity.** A pod is named ``<job>-<role>-<index>-<incarnation>``: a create that the master
+  repeats after a crash (it launched, then died before recording it) meets 409 and adopts the pod
+  it already made instead of starting a duplicate. Pods carry labels for job, role, index and
+  incarnation and an owner reference to the PrimusJob, so deleting the job garbage-collects them.
+* **Secrets.** The job token reaches a pod from the job's Secret (``secretKeyRef``), never as a
+  plain value in the pod spec.
+* **Watch, don't poll.** One informer watches the job's pods; ``observe`` reads that cache and
+  costs no request, so an idle reconcile pass is as cheap at 1,000 executors as at 10.
+* **Vertical scaling in place.** ``resize`` patches the ``resize`` subresource (Kubernetes 1.33+);
+  requests equal limits, so the pod stays in the Guaranteed QoS class and the kubelet applies the
+  change without a restart (``resizePolicy: NotRequired``). Where the cluster refuses (an old
+  apiserver, RBAC without ``pods/resize``, an admission policy), the refusal is reported as a
+  ``ResizeRefused`` event and ``on_resize_refused`` decides: ``keep`` the old allotment (default)
+  or ``recreate`` the executor with the new one (the master sees it end and restarts it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
+from airflow_provider_primus.resources.kube_client import (
+    STRATEGIC_PATCH,
+    Informer,
+    KubeApi,
+    KubeError,
+    resource_path,
+)
+
+log = logging.getLogger(__name__)
+
+CONTAINER = "executor"
+LABEL_JOB = "primus.dev/job"
+LABEL_ROLE = "primus.dev/role"
+LABEL_INDEX = "primus.dev/index"
+LABEL_INCARNATION = "primus.dev/incarnation"
+LABEL_EXECUTOR = "primus.dev/executor"
+DATA_PORT = 50051  # the data executor's Flight port inside its pod (readiness is probed on it)
+ORPHAN_GRACE_S = 30.0
+
+
+def cpu_quantity(cores: float) -> str:
+    return f"{round(cores * 1000)}m"
+
+
+def pod_name(job: str, role: str, index: int, incarnation: int) -> str:
+    return f"{job}-{role}-{index}-{incarnation}"
+
+
+def token_secret_name(job: str) -> str:
+    return f"{job}-token"
+
+
+def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A reference to the PrimusJob resource: the garbage collector deletes what it owns."""
+    meta = job["metadata"]
+    return {
+        "apiVersion": job["apiVersion"],
+        "kind": job["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+@dataclass
+class PodTemplate:
+    """What every executor pod of a job shares."""
+
+    job: str
+    namespace: str
+    image: str
+    owner: dict[str, Any] | None = None
+    token_env: str = "PRIMUS_JOB_TOKEN"
+    master_address: str | None = None
+    documents: dict[str, str] = field(default_factory=dict)  # local path → file content
+    service_account: str | None = None
+    python: str = "python"
+    bind_host: str = "0.0.0.0"
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+class KubernetesBackend:
+    parallel_launch = True  # a launch is one create request; the master may issue many at once
+
+    def __init__(
+        self,
+        api: KubeApi,
+        template: PodTemplate,
+        *,
+        on_event: Callable[[str, str, dict[str, Any]], None] | None = None,
+        on_resize_refused: Literal["keep", "recreate"] = "keep",
+    ) -> None:
+        self.api = api
+        self.t = template
+        self.on_event = on_event
+        self.on_resize_refused = on_resize_refused
+        self.pods_path = resource_path("v1", "pods", template.namespace)
+        self._terminated: dict[str, str] = {}  # pod name → why we ended it
+        self._lock = threading.Lock()
+        self._documents_ready = not template.documents
+        self.informer = Informer(api, self.pods_path, label_selector=f"{LABEL_JOB}={template.job}").start()
+
+    # --- launching ----------------------------------------------------------------------------------
+
+    def _labels(self, role: str, index: int, incarnation: int, name: str) -> dict[str, str]:
+        return {
+            **self.t.extra_labels,
+            "app.kubernetes.io/name": "primus-executor",
+            "app.kubernetes.io/managed-by": "primus-master",
+            LABEL_JOB: self.t.job,
+            LABEL_ROLE: role,
+            LABEL_INDEX: str(index),
+            LABEL_INCARNATION: str(incarnation),
+            LABEL_EXECUTOR: name,
+        }
+
+    def _documents_configmap(self) -> str:
+        return documents_configmap_name(self.t.job)
+
+    def _ensure_documents(self) -> None:
+        if self._documents_ready:
+            return
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self._documents_configmap(),
+                "labels": {LABEL_JOB: self.t.job},
+                **({"ownerReferences": [self.t.owner]} if self.t.owner else {}),
+            },
+            "data": {document_key(i): content for i, content in enumerate(self.t.documents.values())},
+        }
+        try:
+            self.api.create(resource_path("v1", "configmaps", self.t.namespace), body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        self._documents_ready = True
+
+    def _command(self, command: Sequence[str], role: str) -> list[str]:
+        out = list(command)
+        if out and out[0] == sys.executable:
+            out[0] = self.t.python  # the image's interpreter, not the master's
+        if "--host" in out:
+            # Peers reach a pod on its IP (advertised from the downward API); the token guards it.
+            at = out.index("--host") + 1
+            out[at] = self.t.bind_host
+            if role == "data":
+                out[at + 1 : at + 1] = ["--port", str(DATA_PORT)]
+        return out
+
+    def pod_manifest(  # noqa: PLR0917 - mirrors launch()
+        self,
+        name: str,
+        role: str,
+        index: int,
+        allotment: Allotment,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        incarnation: int = 0,
+    ) -> dict[str, Any]:
+        quantities = {"cpu": cpu_quantity(allotment.cpu), "memory": str(allotment.memory)}
+        variables: list[dict[str, Any]] = []
+        for key, value in env.items():
+            if key == self.t.token_env:
+                variables.append(
+                    {
+                        "name": key,
+                        "valueFrom": {
+                            "secretKeyRef": {"name": token_secret_name(self.t.job), "key": "token"}
+                        },
+                    }
+                )
+            else:
+                variables.append({"name": key, "value": value})
+        variables.append(
+            {"name": "PRIMUS_ADVERTISE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        )
+        if self.t.master_address:
+            variables.append({"name": "PRIMUS_MASTER_ADDRESS", "value": self.t.master_address})
+        container: dict[str, Any] = {
+            "name": CONTAINER,
+            "image": self.t.image,
+            "command": self._command(command, role),
+            "env": variables,
+            "resources": {"requests": dict(quantities), "limits": dict(quantities)},
+            "resizePolicy": [
+                {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                {"resourceName": "memory", "restartPolicy": "NotRequired"},
+            ],
+        }
+        if role == "data":
+            container["ports"] = [{"name": "flight", "containerPort": DATA_PORT}]
+            container["readinessProbe"] = {"tcpSocket": {"port": "flight"}, "periodSeconds": 5}
+        spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "containers": [container],
+            "enableServiceLinks": False,
+        }
+        if self.t.service_account:
+            spec["serviceAccountName"] = self.t.service_account
+        if self.t.documents:
+            spec["volumes"] = [{"name": "documents", "configMap": {"name": self._documents_configmap()}}]
+            # Each document at the path the master knows it by, so commands need no rewriting.
+            container["volumeMounts"] = [
+                {"name": "documents", "mountPath": path, "subPath": document_key(i), "readOnly": True}
+                for i, path in enumerate(self.t.documents)
+            ]
+        meta: dict[str, Any] = {
+            "name": pod_name(self.t.job, role, index, incarnation),
+            "labels": self._labels(role, index, incarnation, name),
+        }
+        if self.t.owner:
+            meta["ownerReferences"] = [self.t.owner]
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+    def launch(  # noqa: PLR0917 - the Backend protocol
+        self,
+        name: str,
+        role: str,
+        index: int,
+        allotment: Allotment,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        incarnation: int = 0,
+    ) -> Handle:
+        self._ensure_documents()
+        body = self.pod_manifest(name, role, index, allotment, command, env, incarnation)
+        pod = body["metadata"]["name"]
+        try:
+            created = self.api.create(self.pods_path, body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            # Made by an earlier master that died before recording it: adopt, never duplicate.
+            created = self.api.get(f"{self.pods_path}/{pod}")
+            if created["metadata"].get("deletionTimestamp"):
+                raise RuntimeError(f"pod {pod} is still terminating; retrying on the next pass") from None
+            existing = _allotment(created)
+            allotment = existing or allotment
+        return Handle(
+            name,
+            role,
+            index,
+            allotment,
+            {"pod": pod, "uid": created["metadata"]["uid"], "namespace": self.t.namespace},
+        )
+
+    # --- changing -------------------------------------------------------------------------------------
+
+    def resize(self, handle: Handle, allotment: Allotment) -> Handle:
+        pod = handle.ref["pod"]
+        quantities = {"cpu": cpu_quantity(allotment.cpu), "memory": str(allotment.memory)}
+        patch = {
+            "spec": {
+                "containers": [
+                    {"name": CONTAINER, "resources": {"requests": quantities, "limits": dict(quantities)}}
+                ]
+            }
+        }
+        try:
+            self.api.patch(f"{self.pods_path}/{pod}/resize", patch, content_type=STRATEGIC_PATCH)
+        except KubeError as exc:
+            self._emit(
+                "ResizeRefused",
+                handle.name,
+                {
+                    "reason": f"{handle.name}: the cluster refused the in-place resize ({exc}); "
+                    + (
+                        "keeping the current allotment"
+                        if self.on_resize_refused == "keep"
+                        else "recreating the pod"
+                    ),
+                    "cpu": allotment.cpu,
+                    "memory": allotment.memory,
+                    "status": exc.status,
+                },
+            )
+            if self.on_resize_refused == "keep":
+                return handle
+            self._delete(pod, "resize refused: recreated with the new allotment", grace_s=10)
+        return Handle(handle.name, handle.role, handle.index, allotment, dict(handle.ref))
+
+    def terminate(self, handle: Handle, grace_s: float = 10.0) -> None:
+        self._delete(handle.ref["pod"], "terminated", grace_s)
+
+    def _delete(self, pod: str, why: str, grace_s: float) -> None:
+        with self._lock:
+            self._terminated[pod] = why
+        with contextlib.suppress(KubeError):
+            self.api.delete(f"{self.pods_path}/{pod}", {"gracePeriodSeconds": int(grace_s)})
+
+    # --- observing ------------------------------------------------------------------------------------
+
+    def observe(self, handles: Sequence[Handle]) -> dict[str, Observation]:
+        now = time.monotonic()
+        out: dict[str, Observation] = {}
+        for h in handles:
+            pod = self.informer.get(h.ref["pod"])
+            with self._lock:
+                ours = self._terminated.get(h.ref["pod"])
+            if pod is None or pod["metadata"].get("uid") != h.ref.get("uid"):
+                out[h.name] = Observation(h.name, now, False, reason=ours or "pod deleted")
+                continue
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in ("Succeeded", "Failed"):
+                code, reason = _termination(pod)
+                out[h.name] = Observation(h.name, now, False, exit_code=code, reason=ours or reason)
+            elif pod["metadata"].get("deletionTimestamp") and ours is None:
+                out[h.name] = Observation(h.name, now, False, reason="pod deleted")
+            else:
+                out[h.name] = Observation(h.name, now, True)
+        self._collect_orphans(handles)
+        return out
+
+    def _collect_orphans(self, handles: Sequence[Handle]) -> None:
+        """Pods of this job no executor record names (a master that died between creating a pod and
+        recording it, then chose another incarnation): deleted once they are older than a grace."""
+        known = {h.ref.get("pod") for h in handles}
+        cutoff = time.time() - ORPHAN_GRACE_S
+        for pod in self.informer.items():
+            meta = pod["metadata"]
+            name = meta["name"]
+            if name in known or meta.get("deletionTimestamp"):
+                continue
+            with self._lock:
+                if name in self._terminated:
+                    continue
+            if _created(meta) > cutoff:
+                continue
+            self._emit(
+                "OrphanDeleted",
+                meta.get("labels", {}).get(LABEL_EXECUTOR, name),
+                {"reason": f"deleting orphaned pod {name}"},
+            )
+            self._delete(name, "orphan", grace_s=10)
+
+    def adopt(self, handle: Handle) -> bool:
+        pod = self.informer.get(handle.ref.get("pod", ""))
+        if pod is None or pod["metadata"].get("uid") != handle.ref.get("uid"):
+            return False
+        if pod["metadata"].get("deletionTimestamp"):
+            return False
+        return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.informer.items()
+
+    def _emit(self, type_: str, executor: str, data: dict[str, Any]) -> None:
+        log.warning("%s %s: %s", type_, executor, data.get("reason"))
+        if self.on_event is not None:
+            self.on_event(type_, executor, data)
+
+    def close(self) -> None:
+        self.informer.stop()
+
+
+def document_key(i: int) -> str:
+    return f"document-{i}.yaml"
+
+
+def documents_configmap_name(job: str) -> str:
+    """The job's documents (data, training) as one ConfigMap, mounted into the master and every
+    executor at the paths the job names them by."""
+    return f"{job}-documents"
+
+
+def _created(meta: Mapping[str, Any]) -> float:
+    from airflow_provider_primus.master.kube_store import _timestamp
+
+    return _timestamp(meta.get("creationTimestamp"))
+
+
+def _allotment(pod: Mapping[str, Any]) -> Allotment | None:
+    from airflow_provider_primus.spec.job import parse_cpu, parse_memory
+
+    for c in pod.get("spec", {}).get("containers", []):
+        if c.get("name") == CONTAINER:
+            limits = (c.get("resources") or {}).get("limits") or {}
+            with contextlib.suppress(KeyError, ValueError):
+                return Allotment(parse_cpu(limits["cpu"]), parse_memory(limits["memory"]))
+    return None
+
+
+def _termination(pod: Mapping[str, Any]) -> tuple[int | None, str]:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            code = term.get("exitCode")
+            reason = term.get("reason") or "exited"
+            if reason in ("Completed", "Error"):
+                reason = "exited"
+            elif reason == "OOMKilled":
+                reason = "memory limit: OOMKilled"
+            return (int(code) if code is not None else None), reason
+    return None, "exited"

@@ -1,0 +1,143 @@
+"""RBAC and the master's driver pod, as plain manifests (``primus k8s manifests`` prints them).
+
+The master gets exactly what it uses, in its namespace: its PrimusJob objects and their status, the
+pods it launches (with ``pods/resize`` for in-place vertical scaling), events, the documents
+ConfigMap, and reading the job's token Secret. Nothing cluster-wide except reading the CRD. A
+separate ``primus-submitter`` Role is what an Airflow connection's identity needs to submit, watch
+and cancel jobs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_primus.resources.kube import documents_configmap_name
+from airflow_provider_primus.spec.crd import CRD_NAME, GROUP, PLURAL
+
+MASTER_ACCOUNT = "primus-master"
+SUBMITTER_ROLE = "primus-submitter"
+CRD_READER = "primus-crd-reader"
+_PART_OF = {"app.kubernetes.io/part-of": "airflow-provider-primus"}
+
+
+def _rule(
+    groups: list[str], resources: list[str], verbs: list[str], names: list[str] | None = None
+) -> dict[str, Any]:
+    rule: dict[str, Any] = {"apiGroups": groups, "resources": resources, "verbs": verbs}
+    if names:
+        rule["resourceNames"] = names
+    return rule
+
+
+MASTER_RULES = [
+    _rule([GROUP], [PLURAL], ["get", "list", "watch", "update", "patch"]),
+    _rule([GROUP], [f"{PLURAL}/status"], ["get", "update", "patch"]),
+    _rule([""], ["pods"], ["get", "list", "watch", "create", "delete"]),
+    _rule([""], ["pods/resize"], ["patch"]),
+    _rule([""], ["events"], ["create", "list"]),
+    _rule([""], ["configmaps"], ["get", "create"]),
+    _rule([""], ["secrets"], ["get"]),
+]
+
+SUBMITTER_RULES = [
+    _rule([GROUP], [PLURAL], ["get", "list", "watch", "create", "update", "patch", "delete"]),
+    _rule([GROUP], [f"{PLURAL}/scale"], ["get", "update", "patch"]),
+    _rule([""], ["secrets", "configmaps"], ["create", "update", "get"]),
+    _rule([""], ["events"], ["create", "list"]),
+    _rule([""], ["pods"], ["get", "list", "watch", "create", "delete"]),  # the master's driver pod
+]
+
+
+def rbac(namespace: str) -> list[dict[str, Any]]:
+    meta = {"namespace": namespace, "labels": dict(_PART_OF)}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": MASTER_ACCOUNT, **meta}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": MASTER_ACCOUNT, **meta},
+            "rules": MASTER_RULES,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": MASTER_ACCOUNT, **meta},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": MASTER_ACCOUNT},
+            "subjects": [{"kind": "ServiceAccount", "name": MASTER_ACCOUNT, "namespace": namespace}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": SUBMITTER_ROLE, **meta},
+            "rules": SUBMITTER_RULES,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": CRD_READER, "labels": dict(_PART_OF)},
+            "rules": [_rule(["apiextensions.k8s.io"], ["customresourcedefinitions"], ["get"], [CRD_NAME])],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{CRD_READER}-{namespace}", "labels": dict(_PART_OF)},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CRD_READER},
+            "subjects": [{"kind": "ServiceAccount", "name": MASTER_ACCOUNT, "namespace": namespace}],
+        },
+    ]
+
+
+def master_pod(
+    job: str, namespace: str, image: str, documents: list[str], owner: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The job's master as a driver pod: its ServiceAccount, the documents at their paths, the control
+    API and dispatcher on the pod's IP (executors dial the advertised address)."""
+    meta: dict[str, Any] = {
+        "name": f"{job}-master",
+        "namespace": namespace,
+        "labels": {"primus.dev/job": job, "primus.dev/role": "master", **_PART_OF},
+    }
+    if owner:
+        meta["ownerReferences"] = [owner]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "serviceAccountName": MASTER_ACCOUNT,
+            "restartPolicy": "OnFailure",
+            "enableServiceLinks": False,
+            "containers": [
+                {
+                    "name": "master",
+                    "image": image,
+                    "command": ["primus", "master", job, "--namespace", namespace],
+                    "env": [
+                        {
+                            "name": "PRIMUS_ADVERTISE_HOST",
+                            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                        },
+                        {"name": "PRIMUS_HOME", "value": "/var/lib/primus"},
+                    ],
+                    "resources": {
+                        "requests": {"cpu": "500m", "memory": "1Gi"},
+                        "limits": {"cpu": "2", "memory": "2Gi"},
+                    },
+                    "volumeMounts": [
+                        {
+                            "name": "documents",
+                            "mountPath": path,
+                            "subPath": f"document-{i}.yaml",
+                            "readOnly": True,
+                        }
+                        for i, path in enumerate(documents)
+                    ]
+                    + [{"name": "home", "mountPath": "/var/lib/primus"}],
+                }
+            ],
+            "volumes": [
+                {"name": "documents", "configMap": {"name": documents_configmap_name(job)}},
+                {"name": "home", "emptyDir": {}},
+            ],
+        },
+    }

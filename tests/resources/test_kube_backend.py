@@ -1,0 +1,220 @@
+"""The Kubernetes backend against a real apiserver, scheduler and kwok: pods with the job's requests,
+limits, labels, owner reference and secret-backed token; idempotent launches; in-place resizes
+through ``pods/resize`` with the pod (UID) unchanged; refusals reported; exits observed."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_provider_primus.master.kube_store import KubeJobStore
+from airflow_provider_primus.resources import kube as kube_backend
+from airflow_provider_primus.resources.backend import Allotment
+from airflow_provider_primus.resources.kube import KubernetesBackend, PodTemplate, owner_reference
+from airflow_provider_primus.resources.kube_client import KubeApi, resource_path
+from tests.kube_env import MASTER_USER, NO_RESIZE_USER, KubeEnv
+
+TOKEN = "s3cr3t-token-value-never-in-a-pod-spec"
+MIB = 2**20
+DOC: dict[str, Any] = {
+    "apiVersion": "primus.dev/v1alpha1",
+    "kind": "PrimusJob",
+    "metadata": {"name": "j"},
+    "spec": {"data": "/specs/data.yaml", "backend": {"type": "kubernetes"}},
+}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __call__(self, type_: str, executor: str, data: dict[str, Any]) -> None:
+        self.events.append((type_, executor, data))
+
+
+@pytest.fixture
+def job(kube: KubeEnv) -> dict[str, Any]:
+    """A PrimusJob with its token Secret, as submission makes them."""
+    store = KubeJobStore(kube.api(), kube.namespace)
+    store.create("j", DOC)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "j-token"},
+        "data": {"token": base64.b64encode(TOKEN.encode()).decode()},
+    }
+    kube.api().create(resource_path("v1", "secrets", kube.namespace), secret)
+    return store.raw("j")
+
+
+def make_backend(
+    kube: KubeEnv, job: dict[str, Any], user: str = MASTER_USER, **kwargs: Any
+) -> KubernetesBackend:
+    template = PodTemplate(
+        job="j",
+        namespace=kube.namespace,
+        image="airflow-provider-primus:test",
+        owner=owner_reference(job),
+        documents={"/specs/data.yaml": "apiVersion: primus.dev/v1alpha1\n"},
+    )
+    return KubernetesBackend(KubeApi(kube.cluster.api_client(user)), template, **kwargs)
+
+
+@pytest.fixture
+def backend(kube: KubeEnv, job: dict[str, Any]) -> Iterator[tuple[KubernetesBackend, Recorder]]:
+    recorder = Recorder()
+    b = make_backend(kube, job, on_event=recorder)
+    yield b, recorder
+    b.close()
+
+
+def command(role: str) -> list[str]:
+    sub = "serve-data" if role == "data" else "train"
+    return [
+        sys.executable,
+        "-m",
+        "airflow_provider_primus.cli.main",
+        sub,
+        "/specs/data.yaml",
+        "--host",
+        "127.0.0.1",
+    ]
+
+
+def running(b: KubernetesBackend, pod: str) -> bool:
+    return b.informer.wait_for(
+        lambda objs: (objs.get(pod) or {}).get("status", {}).get("phase") == "Running", timeout_s=30
+    )
+
+
+def test_a_launched_executor_is_a_pod_with_the_jobs_contract(
+    kube: KubeEnv, job: dict[str, Any], backend: tuple[KubernetesBackend, Recorder]
+) -> None:
+    b, _ = backend
+    env = {"PRIMUS_JOB_TOKEN": TOKEN, "PRIMUS_EXIT_FILE": "/tmp/x.exit"}
+    handle = b.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), env, incarnation=2)
+    assert handle.ref["pod"] == "j-data-0-2"
+    pod = kube.api().get(resource_path("v1", "pods", kube.namespace, "j-data-0-2"))
+    assert pod["metadata"]["uid"] == handle.ref["uid"]
+    labels = pod["metadata"]["labels"]
+    assert {k: labels[k] for k in ("primus.dev/job", "primus.dev/role", "primus.dev/index")} == {
+        "primus.dev/job": "j",
+        "primus.dev/role": "data",
+        "primus.dev/index": "0",
+    }
+    assert labels["primus.dev/incarnation"] == "2" and labels["primus.dev/executor"] == "data-0"
+    (owner,) = pod["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "PrimusJob",
+        "j",
+        job["metadata"]["uid"],
+        True,
+    )
+    (c,) = pod["spec"]["containers"]
+    quantities = {"cpu": "500m", "memory": str(256 * MIB)}
+    assert c["resources"] == {"requests": quantities, "limits": quantities}
+    assert {p["resourceName"]: p["restartPolicy"] for p in c["resizePolicy"]} == {
+        "cpu": "NotRequired",
+        "memory": "NotRequired",
+    }
+    env_vars = {e["name"]: e for e in c["env"]}
+    assert env_vars["PRIMUS_JOB_TOKEN"] == {
+        "name": "PRIMUS_JOB_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "j-token", "key": "token"}},
+    }
+    assert TOKEN not in json.dumps(pod)
+    assert env_vars["PRIMUS_ADVERTISE_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert c["command"][:3] == ["python", "-m", "airflow_provider_primus.cli.main"]
+    assert c["command"][-4:] == ["--host", "0.0.0.0", "--port", "50051"]
+    assert c["readinessProbe"]["tcpSocket"]["port"] == "flight"
+    assert c["volumeMounts"][0]["mountPath"] == "/specs/data.yaml"
+    assert c["volumeMounts"][0]["subPath"] == "document-0.yaml"
+    documents = kube.api().get(resource_path("v1", "configmaps", kube.namespace, "j-documents"))
+    assert documents["data"] == {"document-0.yaml": "apiVersion: primus.dev/v1alpha1\n"}
+    assert running(b, "j-data-0-2")
+    scheduled = kube.api().get(resource_path("v1", "pods", kube.namespace, "j-data-0-2"))
+    assert scheduled["spec"]["nodeName"].startswith("kwok-node-")  # bound by the real scheduler
+    assert b.observe([handle])["data-0"].alive
+
+
+def test_launching_the_same_incarnation_again_adopts_the_pod(
+    kube: KubeEnv, job: dict[str, Any], backend: tuple[KubernetesBackend, Recorder]
+) -> None:
+    """A master that died between creating a pod and recording it launches it again: no duplicate."""
+    b, _ = backend
+    first = b.launch("trainer-0", "trainer", 0, Allotment(1.0, 512 * MIB), command("trainer"), {})
+    again = b.launch("trainer-0", "trainer", 0, Allotment(2.0, 1024 * MIB), command("trainer"), {})
+    assert again.ref["uid"] == first.ref["uid"]
+    assert again.allotment == first.allotment  # what the pod really has
+    pods = kube.api().get(resource_path("v1", "pods", kube.namespace), labelSelector="primus.dev/job=j")
+    assert [p["metadata"]["name"] for p in pods["items"]] == ["j-trainer-0-0"]
+    assert b.adopt(first)
+
+
+def test_a_resize_is_applied_in_place(kube: KubeEnv, backend: tuple[KubernetesBackend, Recorder]) -> None:
+    b, recorder = backend
+    handle = b.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), {})
+    assert running(b, "j-data-0-0")
+    resized = b.resize(handle, Allotment(1.5, 512 * MIB))
+    assert resized.allotment == Allotment(1.5, 512 * MIB) and not recorder.events
+    pod = kube.api().get(resource_path("v1", "pods", kube.namespace, "j-data-0-0"))
+    assert pod["metadata"]["uid"] == handle.ref["uid"]  # the same pod, never recreated
+    quantities = {"cpu": "1500m", "memory": str(512 * MIB)}
+    assert pod["spec"]["containers"][0]["resources"] == {"requests": quantities, "limits": quantities}
+    assert b.observe([resized])["data-0"].alive
+
+
+def test_a_refused_resize_is_reported_and_the_allotment_kept(kube: KubeEnv, job: dict[str, Any]) -> None:
+    """A cluster that refuses ``pods/resize`` (here: RBAC without it) gets a ResizeRefused event and,
+    by default, the executor keeps its allotment; ``recreate`` replaces the pod instead."""
+    recorder = Recorder()
+    b = make_backend(kube, job, user=NO_RESIZE_USER, on_event=recorder)
+    try:
+        handle = b.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), {})
+        kept = b.resize(handle, Allotment(1.0, 256 * MIB))
+        assert kept.allotment == handle.allotment
+        ((type_, executor, data),) = recorder.events
+        assert (type_, executor, data["status"]) == ("ResizeRefused", "data-0", 403)
+        assert "keeping the current allotment" in data["reason"]
+        b.on_resize_refused = "recreate"
+        replaced = b.resize(handle, Allotment(1.0, 256 * MIB))
+        assert replaced.allotment == Allotment(1.0, 256 * MIB)
+        assert b.informer.wait_for(lambda objs: "j-data-0-0" not in objs, timeout_s=30)
+        obs = b.observe([handle])["data-0"]
+        assert not obs.alive and "recreated" in str(obs.reason)
+    finally:
+        b.close()
+
+
+def test_exits_terminations_and_orphans_are_observed(
+    kube: KubeEnv, backend: tuple[KubernetesBackend, Recorder], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b, recorder = backend
+    failing = b.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), {})
+    stopped = b.launch("data-1", "data", 1, Allotment(0.5, 256 * MIB), command("data"), {})
+    assert running(b, "j-data-0-0") and running(b, "j-data-1-0")
+    kube.api().patch(
+        resource_path("v1", "pods", kube.namespace, "j-data-0-0"),
+        {"metadata": {"annotations": {"primus.dev/kwok-exit-code": "3"}}},
+    )
+    assert b.informer.wait_for(
+        lambda objs: objs["j-data-0-0"].get("status", {}).get("phase") == "Failed", timeout_s=30
+    )
+    b.terminate(stopped, grace_s=0)
+    assert b.informer.wait_for(lambda objs: "j-data-1-0" not in objs, timeout_s=30)
+    seen = b.observe([failing, stopped])
+    assert (seen["data-0"].alive, seen["data-0"].exit_code, seen["data-0"].reason) == (False, 3, "exited")
+    assert (seen["data-1"].alive, seen["data-1"].reason) == (False, "terminated")
+    assert not b.adopt(failing) and not b.adopt(stopped)
+    # A pod of this job that no handle names (made by a master that died before recording it).
+    monkeypatch.setattr(kube_backend, "ORPHAN_GRACE_S", 0.0)
+    b.launch("data-2", "data", 2, Allotment(0.5, 256 * MIB), command("data"), {})
+    assert b.informer.wait_for(lambda objs: "j-data-2-0" in objs, timeout_s=30)
+    b.observe([failing])
+    assert b.informer.wait_for(lambda objs: "j-data-2-0" not in objs, timeout_s=30)
+    assert ("OrphanDeleted", "data-2") in [(t, e) for t, e, _ in recorder.events]

@@ -878,3 +878,5 @@ class Master:
         self.api.stop()
         self.server.stop()
         self.backend.close()
+        if getattr(self.store, "kind", "local") == "kubernetes":
+            self.store.close()  # its informer's watch threads

@@ -95,6 +95,9 @@ class JobStore(Protocol):
         data: Mapping[str, Any] | None = None,
     ) -> Event: ...
     def events(self, job: str, after: int = 0, limit: int = 1000) -> list[Event]: ...
+    def close(self) -> None:
+        """Release this user's resources (a connection, watch threads); the store stays usable."""
+        ...
 
 
 def modify(

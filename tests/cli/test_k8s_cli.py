@@ -4,6 +4,7 @@ job commands with ``--namespace`` against the real control plane."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -61,3 +62,10 @@ def test_job_commands_on_a_namespace(kube: KubeEnv, job_world: JobWorld) -> None
     ]
     assert types[:2] == ["Submitted", "MasterStarted"]
     assert "ScaleRequested" in types and "Stopped" in types
+
+
+def test_the_shipped_manifests_are_the_generated_ones() -> None:
+    """docker/kubernetes/ is what the code generates (regenerate with the commands in docker/README.md)."""
+    shipped = Path(__file__).parents[2] / "docker" / "kubernetes"
+    assert (shipped / "crd.yaml").read_text() == primus("crd").stdout
+    assert (shipped / "rbac.yaml").read_text() == primus("k8s", "manifests", "-n", "primus").stdout

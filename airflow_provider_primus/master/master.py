@@ -799,9 +799,18 @@ class Master:
             "trainer_report": metrics,
         }
 
-    def _executor_view(self, ex: Executor) -> dict[str, Any]:
+    def _latest_samples(self) -> dict[str, list[Sample]]:
+        """Each executor's last two samples, in one pass (per executor it was O(samples) each)."""
+        latest: dict[str, list[Sample]] = {}
+        for s in self.samples:
+            pair = latest.setdefault(s.executor, [])
+            pair.append(s)
+            if len(pair) > 2:
+                del pair[0]
+        return latest
+
+    def _executor_view(self, ex: Executor, latest: list[Sample]) -> dict[str, Any]:
         view = ex.to_dict()
-        latest = [s for s in self.samples if s.executor == ex.name][-2:]
         if len(latest) == 2:
             a, b = latest
             dt = max(1e-6, b.t - a.t)
@@ -833,6 +842,7 @@ class Master:
 
     def _write_status(self) -> None:
         proc = psutil.Process()
+        recent = self._latest_samples()
         status = {
             "phase": self.phase,
             "message": self.message,
@@ -848,7 +858,9 @@ class Master:
             "replicas": self.replicas,
             "selector": f"primus.dev/job={self.name},primus.dev/role=data",
             "roles": self._roles_summary(),
-            "executors": {n: self._executor_view(e) for n, e in sorted(self.executors.items())},
+            "executors": {
+                n: self._executor_view(e, recent.get(n, [])) for n, e in sorted(self.executors.items())
+            },
             "progress": self._progress(),
             "windows": [self._window_view(w) for w in self.windows],
             "savepoints": self.savepoints,

@@ -40,7 +40,11 @@ def _kube_args(args: argparse.Namespace) -> list[str]:
 def _kube_api(args: argparse.Namespace) -> Any:
     from airflow_provider_primus.resources.kube_client import KubeApi, api_client_from
 
-    return KubeApi(api_client_from(kubeconfig=args.kubeconfig, context=args.context))
+    try:
+        return KubeApi(api_client_from(kubeconfig=args.kubeconfig, context=args.context))
+    except Exception as exc:  # no kubeconfig, unknown context, not in a cluster
+        print(f"error: no Kubernetes configuration ({exc}); pass --kubeconfig/--context", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def register(sub: Any) -> None:
@@ -113,13 +117,35 @@ def register(sub: Any) -> None:
     master.set_defaults(handler=cmd_master)
 
 
+def _document_cluster(args: argparse.Namespace) -> dict[str, Any] | None:
+    """A Kubernetes job document's own ``backend.kubernetes`` (namespace, context), when the command
+    was given a document: it chooses the cluster store unless flags say otherwise."""
+    path = Path(str(getattr(args, "job", "")))
+    if path.suffix.lower() not in (".yaml", ".yml", ".json") or not path.is_file():
+        return None
+    from airflow_provider_primus.spec.loader import read_document
+
+    try:
+        backend = (read_document(path).get("spec") or {}).get("backend") or {}
+    except Exception:
+        return None  # the command reports an unreadable document itself
+    if not isinstance(backend, dict) or backend.get("type") != "kubernetes":
+        return None
+    kube = backend.get("kubernetes")
+    return dict(kube) if isinstance(kube, dict) else {}
+
+
 def _store(args: argparse.Namespace) -> Any:
     from airflow_provider_primus.master.store import SqliteJobStore
 
-    if getattr(args, "namespace", None) or getattr(args, "kubeconfig", None):
+    cluster = None if args.store else _document_cluster(args)
+    if getattr(args, "namespace", None) or getattr(args, "kubeconfig", None) or cluster is not None:
         from airflow_provider_primus.master.kube_store import KubeJobStore
 
-        return KubeJobStore(_kube_api(args), args.namespace or "default")
+        cluster = cluster or {}
+        args.namespace = args.namespace or cluster.get("namespace") or "default"
+        args.context = args.context or cluster.get("context")
+        return KubeJobStore(_kube_api(args), args.namespace)
     return SqliteJobStore(args.store)
 
 

@@ -156,6 +156,7 @@ def submit_document(
         document = {**document, "metadata": {**dict(document.get("metadata") or {}), "name": name}}
     _, stored = load_job(document, base, getattr(store, "kind", "local"))
     name = str(stored["metadata"]["name"])
+    _check_namespace(document, store)
     record = store.create(name, stored, labels)
     provision = getattr(store, "provision", None)
     paths = job_paths(name, home)
@@ -175,6 +176,21 @@ def submit_document(
         raise
     store.add_event(name, "Submitted", f"job {name!r} submitted")
     return record
+
+
+def _check_namespace(document: Mapping[str, Any], store: JobStore) -> None:
+    """A namespace the document names explicitly must be the one it is submitted to."""
+    kube = ((document.get("spec") or {}).get("backend") or {}).get("kubernetes") or {}
+    wanted, actual = kube.get("namespace"), getattr(store, "namespace", None)
+    if wanted and actual and wanted != actual:
+        raise SpecError(
+            [
+                SpecIssue(
+                    "spec.backend.kubernetes.namespace",
+                    f"is {wanted!r} but the job is being submitted to namespace {actual!r}",
+                )
+            ]
+        )
 
 
 def start_master(

@@ -45,12 +45,18 @@ def test_install_is_idempotent(kube: KubeEnv) -> None:
 
 
 def test_job_commands_on_a_namespace(kube: KubeEnv, job_world: JobWorld) -> None:
-    cluster = ["-n", kube.namespace, "--kubeconfig", str(kube.kubeconfig())]
+    config = ["--kubeconfig", str(kube.kubeconfig())]
+    cluster = ["-n", kube.namespace, *config]
     roles = {"data": {"replicas": {"min": 1, "max": 3}}, "trainer": {"resources": {"memory": "1Gi"}}}
-    job = job_world.job(backend={"type": "kubernetes"}, follow=True, roles=roles)
-    local = primus("submit", str(job), check=False)  # a kubernetes job is not for the local store
+    backend = {"type": "kubernetes", "kubernetes": {"namespace": kube.namespace}}
+    job = job_world.job(backend=backend, follow=True, roles=roles)
+    store = str(job_world.root / "local.sqlite")
+    local = primus("submit", str(job), "--store", store, check=False)  # not for the local store
     assert local.returncode == 2 and "spec.backend.type" in local.stderr
-    assert primus("submit", str(job), "--label", "team=ads", *cluster).stdout.strip() == "job"
+    elsewhere = primus("submit", str(job), "-n", "default", *config, check=False)
+    assert elsewhere.returncode == 2 and "spec.backend.kubernetes.namespace" in elsewhere.stderr
+    # The document's own namespace chooses the cluster store: no -n needed.
+    assert primus("submit", str(job), "--label", "team=ads", *config).stdout.strip() == "job"
     scaled = json.loads(primus("scale", "job", "--role", "data", "--replicas", "2", *cluster).stdout)
     assert scaled["accepted"] is True
     stopped = primus("stop", "job", "--wait", *cluster)

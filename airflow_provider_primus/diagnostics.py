@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION, distribution
+from airflow_provider_primus.paths import cache_dir as default_cache_dir
 
 MIN_PYTHON = (3, 11)
 MIN_JAVA = 17
@@ -131,6 +132,32 @@ def _redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+:)[^@]+@", r"\1***@", url)
 
 
+def check_kube_binaries(cache: Path | None) -> Check:
+    """Optional: the Kubernetes control plane the kube tests and ``primus bench k8s`` start."""
+    from airflow_provider_primus.embedded.kube.binaries import (
+        KUBE_VERSION,
+        _is_complete,
+        binaries_in,
+        build_stamp,
+    )
+
+    home = (cache or default_cache_dir()) / f"kube-{KUBE_VERSION}"
+    if _is_complete(binaries_in(home), build_stamp()):
+        return Check(
+            "kube-control-plane", True, f"Kubernetes {KUBE_VERSION} binaries in {home}", required=False
+        )
+    fix = (
+        "make test (builds them with Go once)" if shutil.which("go") else "install Go >= 1.25, then make test"
+    )
+    return Check(
+        "kube-control-plane",
+        False,
+        f"no Kubernetes {KUBE_VERSION} control-plane binaries (only the kube tests and bench k8s need them)",
+        fix,
+        required=False,
+    )
+
+
 def run_checks(
     *,
     kafka_version: str = DEFAULT_KAFKA_VERSION,
@@ -143,6 +170,7 @@ def run_checks(
         check_java,
         lambda: kafka,
         lambda: check_maven(kafka.ok),
+        lambda: check_kube_binaries(cache),
     ]
     if airflow_db:
         checks.append(check_airflow_db)

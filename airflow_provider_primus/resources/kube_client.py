@@ -209,7 +209,7 @@ class Informer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, timeout_s: float = 30.0) -> Informer:
+    def start(self) -> Informer:
         self._list()
         self._thread = threading.Thread(target=self._run, name=f"informer {self.path}", daemon=True)
         self._thread.start()

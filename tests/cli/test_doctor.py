@@ -31,6 +31,9 @@ def test_doctor_names_missing_kafka_jars_and_the_fix(tmp_path: Path, airflow_db:
     assert "MISSING  kafka-jars" in proc.stdout
     assert f"fix: primus kafka fetch --cache-dir {tmp_path / 'empty-cache'}" in proc.stdout
     assert proc.stdout.strip().endswith("missing: kafka-jars")
+    # The Kubernetes control plane is optional (kube tests, bench k8s): reported, never required.
+    kube = next(line for line in proc.stdout.splitlines() if "kube-control-plane" in line)
+    assert "no Kubernetes v1.35.4 control-plane binaries" in kube
 
 
 def test_doctor_names_missing_java_and_unmigrated_db(kafka_dist, tmp_path: Path) -> None:

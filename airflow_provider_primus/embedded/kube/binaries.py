@@ -192,7 +192,7 @@ def ensure_binaries(
     if not go_path:
         raise GoNotFoundError(
             f"the Kubernetes control plane ({version}) is built from source once and needs Go "
-            "(>= 1.25) on PATH; fix: install Go from https://go.dev/dl/ and rerun scripts/bootstrap.sh"
+            "(>= 1.25) on PATH; fix: install Go from https://go.dev/dl/ and rerun scripts/test.sh"
         )
     with _locked(home):
         if _is_complete(bins, stamp):  # built by whoever held the lock before us

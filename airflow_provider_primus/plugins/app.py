@@ -1,6 +1,8 @@
 """The Primus jobs web app, mounted by Airflow's API server under ``/primus`` (see ``plugin.py``).
 
-Read-only views over the job store (``$PRIMUS_HOME/jobs.sqlite``, or ``store_path``):
+Read-only views over the job store (``$PRIMUS_HOME/jobs.sqlite``, or ``store_path``; the
+PrimusJob resources of a namespace when the ``primus_default`` connection says
+``backend: kubernetes``, or any ``JobStore`` passed as ``store``):
 
 * ``GET /jobs`` — every job: phase, labels, running executors, acknowledged rows, trainer step;
 * ``GET /jobs/{name}`` — one job: executors with allotments and telemetry, scaling events (timeline,
@@ -24,7 +26,13 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from airflow_provider_primus.master.store import JobNotFound, JobRecord, SqliteJobStore, default_store_path
+from airflow_provider_primus.master.store import (
+    JobNotFound,
+    JobRecord,
+    JobStore,
+    SqliteJobStore,
+    default_store_path,
+)
 from airflow_provider_primus.plugins import views
 from airflow_provider_primus.plugins.auth import airflow_access_dependency, login_url
 from airflow_provider_primus.plugins.history import History, Sampler
@@ -34,22 +42,40 @@ DEFAULT_SAMPLE_S = 5.0
 
 
 class _Stores:
-    """One ``SqliteJobStore`` per path, opened on first use, and only once the file exists."""
+    """The given store, or one ``SqliteJobStore`` per path, opened on first use, and only once the
+    file exists."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, store: JobStore | None = None) -> None:
         self.configured = path
+        self.fixed = store
         self._store: SqliteJobStore | None = None
         self._lock = threading.Lock()
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Path | str:
+        if self.fixed is not None:
+            return f"namespace {getattr(self.fixed, 'namespace', '?')}"
         return self.configured or default_store_path()
 
-    def get(self) -> SqliteJobStore | None:
+    def get(self) -> JobStore | None:
+        if self.fixed is not None:
+            return self.fixed
+        path = self.configured or default_store_path()
         with self._lock:
-            if self._store is None or self._store.path != self.path:
-                self._store = SqliteJobStore(self.path) if self.path.exists() else None
+            if self._store is None or self._store.path != path:
+                self._store = SqliteJobStore(path) if path.exists() else None
             return self._store
+
+
+def connection_store() -> JobStore | None:
+    """The Kubernetes store when the ``primus_default`` connection selects that backend."""
+    try:
+        from airflow_provider_primus.hooks.primus import PrimusHook
+
+        hook = PrimusHook()
+        return hook.store if hook.kubernetes else None
+    except Exception:  # no Airflow context or connection: the local store
+        return None
 
 
 def _base(request: Request) -> str:
@@ -79,24 +105,29 @@ def job_summary(record: JobRecord) -> dict[str, Any]:
     }
 
 
-def create_app(store_path: Path | None = None, *, sample_s: float | None = DEFAULT_SAMPLE_S) -> FastAPI:
+def create_app(
+    store_path: Path | None = None,
+    *,
+    store: JobStore | None = None,
+    sample_s: float | None = DEFAULT_SAMPLE_S,
+) -> FastAPI:
     """The app. ``store_path`` defaults to ``$PRIMUS_HOME/jobs.sqlite`` (resolved per request, so
     the environment of the API server decides). ``sample_s``: how often a background thread reads
     the running jobs' statuses into the chart history once the app has served a request (None:
     only page views feed it)."""
     app = FastAPI(title="Primus jobs", docs_url=None, redoc_url=None, openapi_url=None)
-    stores = _Stores(store_path)
+    stores = _Stores(store_path, store)
     history = History()
     sampler = Sampler(history, stores.get, sample_s) if sample_s else None
     app.state.history, app.state.sampler, app.state.stores = history, sampler, stores
     auth = [Depends(airflow_access_dependency())]
 
-    def store_or_none() -> SqliteJobStore | None:
+    def store_or_none() -> JobStore | None:
         if sampler is not None:
             sampler.ensure_started()
         return stores.get()
 
-    def record_or_404(name: str) -> tuple[SqliteJobStore, JobRecord]:
+    def record_or_404(name: str) -> tuple[JobStore, JobRecord]:
         store = store_or_none()
         if store is None:
             raise HTTPException(

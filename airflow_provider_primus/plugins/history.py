@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_primus.master.store import Event, JobRecord, SqliteJobStore
+from airflow_provider_primus.master.store import Event, JobRecord, JobStore
 from airflow_provider_primus.plugins.status import TERMINAL_PHASES, as_map, dig, num
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class History:
                 job.points.append(point)
             return list(job.points)
 
-    def events(self, store: SqliteJobStore, record: JobRecord, page: int = 1000) -> list[Event]:
+    def events(self, store: JobStore, record: JobRecord, page: int = 1000) -> list[Event]:
         """The job's scaling and lifecycle events, read from the store since the last call."""
         with self._lock:
             job = self._job(record)
@@ -144,9 +144,7 @@ class History:
 class Sampler:
     """Polls every job that has not ended, every ``interval_s``, into ``history`` (daemon thread)."""
 
-    def __init__(
-        self, history: History, store: Callable[[], SqliteJobStore | None], interval_s: float
-    ) -> None:
+    def __init__(self, history: History, store: Callable[[], JobStore | None], interval_s: float) -> None:
         self.history, self.store, self.interval_s = history, store, interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

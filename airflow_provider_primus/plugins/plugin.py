@@ -45,9 +45,9 @@ class LazyApp:
 
 
 def _create_app() -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    from airflow_provider_primus.plugins.app import create_app
+    from airflow_provider_primus.plugins.app import connection_store, create_app
 
-    return create_app()
+    return create_app(store=connection_store())
 
 
 app = LazyApp(_create_app)

@@ -12,11 +12,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from airflow_provider_primus.master.kube_store import KubeJobStore
 from airflow_provider_primus.master.store import SqliteJobStore, modify
 from airflow_provider_primus.plugins.app import create_app
 from airflow_provider_primus.plugins.charts import Series, line_chart, nice_ticks, timeline
 from airflow_provider_primus.plugins.history import History, Sampler, point_from_status
 from airflow_provider_primus.plugins.views import allotment_series, data_rows, window_label
+from tests.kube_env import KubeEnv
 
 pytestmark = pytest.mark.filterwarnings("ignore::jwt.warnings.InsecureKeyLengthWarning")
 
@@ -484,3 +486,25 @@ def test_charts_escape_labels_and_handle_empty_and_single_points() -> None:
     assert "<path" in one and "<circle" in one
     assert "no scaling events yet" in timeline([], ["ScaleDecision"], title="x")
     assert nice_ticks(0, 1) == [0, 0.25, 0.5, 0.75, 1.0]
+
+
+def test_the_app_shows_jobs_of_a_kubernetes_namespace(kube: KubeEnv, viewer_token: str) -> None:
+    """With ``backend: kubernetes`` the pages read the PrimusJob resources (status, Events)."""
+    store = KubeJobStore(kube.api(), kube.namespace)
+    doc = {"apiVersion": "primus.dev/v1alpha1", "kind": "PrimusJob", "metadata": {"name": "on-k8s"}}
+    store.create(
+        "on-k8s", {**doc, "spec": {"data": "/d.yaml", "backend": {"type": "kubernetes"}}}, {"team": "ads"}
+    )
+    modify(store, "on-k8s", lambda _r: realistic_status(time.time()), part="status")
+    store.add_event("on-k8s", "ExecutorLaunched", "data-0 launched", "data-0")
+    with TestClient(
+        create_app(store=store, sample_s=None), headers={"Authorization": f"Bearer {viewer_token}"}
+    ) as c:
+        (summary,) = c.get("/api/jobs").json()
+        assert (summary["name"], summary["phase"], summary["labels"]) == (
+            "on-k8s",
+            "Running",
+            {"team": "ads"},
+        )
+        page = c.get("/jobs/on-k8s")
+        assert page.status_code == 200 and "data-0 launched" in page.text

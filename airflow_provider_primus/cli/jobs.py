@@ -153,7 +153,7 @@ def _master(args: argparse.Namespace, store: Any, name: str, **kwargs: Any) -> A
     """The job's master on the store's backend: local processes, or pods."""
     from airflow_provider_primus.master.master import Master
 
-    if getattr(store, "kind", "local") == "kubernetes":
+    if store.kind == "kubernetes":
         from airflow_provider_primus.master.kubernetes import kube_master
 
         return kube_master(name, store.api, store.namespace, **kwargs)
@@ -179,7 +179,7 @@ def _client(store: Any, name: str) -> Any:
     try:
         token = read_token(name)
     except FileNotFoundError:
-        if getattr(store, "kind", "local") != "kubernetes":
+        if store.kind != "kubernetes":
             raise
         from airflow_provider_primus.master.kubernetes import read_token as read_secret
 
@@ -194,7 +194,7 @@ def _submit(args: argparse.Namespace, store: Any, labels: dict[str, str] | None 
     from airflow_provider_primus.spec.loader import read_document
 
     document = read_document(args.job)
-    _, stored = load_job(document, args.job.resolve().parent, getattr(store, "kind", "local"))
+    _, stored = load_job(document, args.job.resolve().parent, store.kind)
     name = str(stored["metadata"]["name"])
     try:
         existing = store.get(name)

@@ -154,11 +154,10 @@ def submit_document(
     store = store or SqliteJobStore()
     if name is not None:
         document = {**document, "metadata": {**dict(document.get("metadata") or {}), "name": name}}
-    _, stored = load_job(document, base, getattr(store, "kind", "local"))
+    _, stored = load_job(document, base, store.kind)
     name = str(stored["metadata"]["name"])
     _check_namespace(document, store)
     record = store.create(name, stored, labels)
-    provision = getattr(store, "provision", None)
     paths = job_paths(name, home)
     try:
         if paths.root.exists() and not keep_files:
@@ -169,8 +168,7 @@ def submit_document(
         token = token or new_token()
         with os.fdopen(fd, "w") as f:
             f.write(token)
-        if provision is not None:  # Kubernetes: the token as a Secret, the documents as a ConfigMap
-            provision(name, token, stored)
+        store.provision(name, token, stored)  # Kubernetes: the token Secret, the documents ConfigMap
     except Exception:
         store.delete(name)  # no job without its token
         raise

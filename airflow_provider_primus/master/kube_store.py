@@ -27,7 +27,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_primus.master.store import Conflict, Event, JobExists, JobNotFound, JobRecord
-from airflow_provider_primus.resources.kube_client import Informer, KubeApi, KubeError, resource_path
+from airflow_provider_primus.resources.kube_client import (
+    Informer,
+    KubeApi,
+    KubeError,
+    parse_time,
+    resource_path,
+)
 from airflow_provider_primus.spec.crd import API_VERSION, KIND, PLURAL
 from airflow_provider_primus.spec.errors import SpecError, SpecIssue
 
@@ -36,12 +42,6 @@ _DATA = "primus.dev/data"
 _EXECUTOR = "primus.dev/executor"
 _SEQ = "primus.dev/seq"
 _UNKNOWN = re.compile(r'unknown field "([^"]+)"')
-
-
-def _timestamp(value: str | None) -> float:
-    if not value:
-        return 0.0
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def _rfc3339(t: float) -> str:
@@ -136,7 +136,7 @@ class KubeJobStore:
             desired=desired,
             status=dict(obj.get("status") or {}),
             labels=dict(meta.get("labels") or {}),
-            created=_timestamp(meta.get("creationTimestamp")),
+            created=parse_time(meta.get("creationTimestamp")),
         )
 
     def create(

@@ -22,8 +22,7 @@ from airflow_provider_primus.master.kube_store import KubeJobStore
 from airflow_provider_primus.resources.kube import (
     KubernetesBackend,
     PodTemplate,
-    document_key,
-    documents_configmap_name,
+    documents_configmap,
     owner_reference,
     token_secret_name,
 )
@@ -58,16 +57,7 @@ def provision(store: KubeJobStore, name: str, token: str, documents: Mapping[str
         "type": "Opaque",
         "data": {"token": base64.b64encode(token.encode()).decode()},
     }
-    config: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": documents_configmap_name(name),
-            "labels": {LABEL_JOB: name},
-            "ownerReferences": [owner],
-        },
-        "data": {document_key(i): text for i, text in enumerate(documents.values())},
-    }
+    config = documents_configmap(name, documents, owner)
     for plural, body in (("secrets", secret), ("configmaps", config)):
         path = resource_path("v1", plural, ns)
         try:
@@ -95,7 +85,6 @@ def backend_factory(api: KubeApi, store: KubeJobStore) -> Any:
             namespace=store.namespace,
             image=(kube.image if kube and kube.image else DEFAULT_IMAGE),
             owner=owner_reference(store.raw(master.name)),
-            master_address=None,
             documents=job_documents(stored),
             service_account=kube.executor_service_account if kube else None,
         )

@@ -394,7 +394,7 @@ class Master:
         """Kubernetes: ``spec.desired.scale.data`` follows the master's own decisions (autoscaler,
         clamping), so ``kubectl scale`` and an HPA read the current target through the scale
         subresource. A person's request not yet applied is never overwritten."""
-        if getattr(self.store, "kind", "local") != "kubernetes":
+        if self.store.kind != "kubernetes":
             return
         want, applied = self.replicas["data"], dict(self.applied.get("scale") or {})
         if applied.get("data") == want:
@@ -675,7 +675,7 @@ class Master:
     def _launch_all(self, role: str, indexes: list[int], allotment: Allotment) -> None:
         """Launch executors; concurrently where the backend's launch is a network round trip (a pod
         create), so scaling out by hundreds takes seconds, not minutes."""
-        if len(indexes) > 1 and getattr(self.backend, "parallel_launch", False):
+        if len(indexes) > 1 and self.backend.parallel_launch:
             with ThreadPoolExecutor(max_workers=LAUNCH_WORKERS) as pool:
                 for future in [pool.submit(self._launch, role, i, allotment) for i in indexes]:
                     future.result()
@@ -890,5 +890,4 @@ class Master:
         self.api.stop()
         self.server.stop()
         self.backend.close()
-        if getattr(self.store, "kind", "local") == "kubernetes":
-            self.store.close()  # its informer's watch threads
+        self.store.close()  # this thread's connection, or the informer's watch threads

@@ -71,6 +71,8 @@ class Event:
 
 
 class JobStore(Protocol):
+    kind: str  # the backend its jobs run on: "local" or "kubernetes"
+
     def create(
         self, name: str, spec: Mapping[str, Any], labels: Mapping[str, str] | None = None
     ) -> JobRecord: ...
@@ -97,6 +99,10 @@ class JobStore(Protocol):
     def events(self, job: str, after: int = 0, limit: int = 1000) -> list[Event]: ...
     def close(self) -> None:
         """Release this user's resources (a connection, watch threads); the store stays usable."""
+        ...
+
+    def provision(self, name: str, token: str, stored: Mapping[str, Any]) -> None:
+        """What a just-created job needs beside its record (Kubernetes: token Secret, documents)."""
         ...
 
 
@@ -230,6 +236,9 @@ class SqliteJobStore:
                 db.execute("UPDATE jobs SET desired = ? WHERE name = ?", (json.dumps(desired), name))
             db.execute("UPDATE jobs SET version = version + 1 WHERE name = ?", (name,))
         return self.get(name)
+
+    def provision(self, name: str, token: str, stored: Mapping[str, Any]) -> None:
+        """Nothing: a local job's token file and documents are on this machine already."""
 
     def close(self) -> None:
         """Close this thread's connection (each thread that used the store has its own)."""

@@ -73,6 +73,10 @@ class Observation:
 
 
 class Backend(Protocol):
+    # Whether the master may launch several executors at once (a launch is a network round trip,
+    # a pod create) or must launch one by one (local processes share this machine's start-up cost).
+    parallel_launch: bool
+
     def launch(  # noqa: PLR0917 - one argument per part of the executor's identity and allotment
         self,
         name: str,

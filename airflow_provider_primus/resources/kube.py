@@ -36,6 +36,7 @@ from airflow_provider_primus.resources.kube_client import (
     Informer,
     KubeApi,
     KubeError,
+    parse_time,
     resource_path,
 )
 
@@ -85,12 +86,10 @@ class PodTemplate:
     image: str
     owner: dict[str, Any] | None = None
     token_env: str = "PRIMUS_JOB_TOKEN"
-    master_address: str | None = None
     documents: dict[str, str] = field(default_factory=dict)  # local path → file content
     service_account: str | None = None
     python: str = "python"
     bind_host: str = "0.0.0.0"
-    extra_labels: dict[str, str] = field(default_factory=dict)
 
 
 class KubernetesBackend:
@@ -118,7 +117,6 @@ class KubernetesBackend:
 
     def _labels(self, role: str, index: int, incarnation: int, name: str) -> dict[str, str]:
         return {
-            **self.t.extra_labels,
             "app.kubernetes.io/name": "primus-executor",
             "app.kubernetes.io/managed-by": "primus-master",
             LABEL_JOB: self.t.job,
@@ -128,22 +126,11 @@ class KubernetesBackend:
             LABEL_EXECUTOR: name,
         }
 
-    def _documents_configmap(self) -> str:
-        return documents_configmap_name(self.t.job)
-
     def _ensure_documents(self) -> None:
+        """Submission made the ConfigMap; a job submitted otherwise gets it here (idempotent)."""
         if self._documents_ready:
             return
-        body = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": self._documents_configmap(),
-                "labels": {LABEL_JOB: self.t.job},
-                **({"ownerReferences": [self.t.owner]} if self.t.owner else {}),
-            },
-            "data": {document_key(i): content for i, content in enumerate(self.t.documents.values())},
-        }
+        body = documents_configmap(self.t.job, self.t.documents, self.t.owner)
         try:
             self.api.create(resource_path("v1", "configmaps", self.t.namespace), body)
         except KubeError as exc:
@@ -190,8 +177,6 @@ class KubernetesBackend:
         variables.append(
             {"name": "PRIMUS_ADVERTISE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
         )
-        if self.t.master_address:
-            variables.append({"name": "PRIMUS_MASTER_ADDRESS", "value": self.t.master_address})
         container: dict[str, Any] = {
             "name": CONTAINER,
             "image": self.t.image,
@@ -214,7 +199,9 @@ class KubernetesBackend:
         if self.t.service_account:
             spec["serviceAccountName"] = self.t.service_account
         if self.t.documents:
-            spec["volumes"] = [{"name": "documents", "configMap": {"name": self._documents_configmap()}}]
+            spec["volumes"] = [
+                {"name": "documents", "configMap": {"name": documents_configmap_name(self.t.job)}}
+            ]
             # Each document at the path the master knows it by, so commands need no rewriting.
             container["volumeMounts"] = [
                 {"name": "documents", "mountPath": path, "subPath": document_key(i), "readOnly": True}
@@ -373,6 +360,21 @@ def document_key(i: int) -> str:
     return f"document-{i}.yaml"
 
 
+def documents_configmap(
+    job: str, documents: Mapping[str, str], owner: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The ConfigMap of a job's documents (path → text), keyed ``document-<i>.yaml`` in path order."""
+    meta: dict[str, Any] = {"name": documents_configmap_name(job), "labels": {LABEL_JOB: job}}
+    if owner:
+        meta["ownerReferences"] = [dict(owner)]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": {document_key(i): text for i, text in enumerate(documents.values())},
+    }
+
+
 def documents_configmap_name(job: str) -> str:
     """The job's documents (data, training) as one ConfigMap, mounted into the master and every
     executor at the paths the job names them by."""
@@ -380,9 +382,7 @@ def documents_configmap_name(job: str) -> str:
 
 
 def _created(meta: Mapping[str, Any]) -> float:
-    from airflow_provider_primus.master.kube_store import _timestamp
-
-    return _timestamp(meta.get("creationTimestamp"))
+    return parse_time(meta.get("creationTimestamp"))
 
 
 def _allotment(pod: Mapping[str, Any]) -> Allotment | None:

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -171,6 +172,13 @@ class KubeApi:
             resp.release_conn()
 
 
+def parse_time(value: str | None) -> float:
+    """An RFC 3339 timestamp of the apiserver (``creationTimestamp``) as epoch seconds; 0 if unset."""
+    if not value:
+        return 0.0
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
 def resource_path(api_version: str, plural: str, namespace: str | None, name: str | None = None) -> str:
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     path = f"{base}/namespaces/{quote(namespace)}/{plural}" if namespace else f"{base}/{plural}"
@@ -182,8 +190,8 @@ class Informer:
 
     A watch ends (server timeout, a dropped connection): it resumes from the last resourceVersion it
     saw, bookmarks included, so nothing is listed again. Only when the apiserver has compacted that
-    version away (410 Gone) does it list afresh. ``on_change`` runs on the informer's thread for each
-    change; ``wait_for`` lets callers await a condition on the cache instead of polling the server.
+    version away (410 Gone) does it list afresh. ``wait_for`` lets callers await a condition on the
+    cache instead of polling the server.
     """
 
     def __init__(
@@ -193,17 +201,14 @@ class Informer:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
-        on_change: Callable[[str, dict[str, Any]], None] | None = None,
         watch_timeout_s: int = 240,
     ) -> None:
         self.api, self.path = api, path
         self.query = {"labelSelector": label_selector, "fieldSelector": field_selector}
-        self.on_change = on_change
         self.watch_timeout_s = watch_timeout_s
         self.objects: dict[str, dict[str, Any]] = {}
         self.resource_version = ""
         self.cond = threading.Condition()
-        self.synced = threading.Event()
         self.restarts = 0  # watches resumed after they ended
         self.relists = 0
         self._stop = threading.Event()
@@ -224,7 +229,6 @@ class Informer:
             self.objects = {o["metadata"]["name"]: o for o in listing.get("items", [])}
             self.resource_version = listing["metadata"]["resourceVersion"]
             self.cond.notify_all()
-        self.synced.set()
 
     def _apply(self, event: Mapping[str, Any]) -> None:
         kind, obj = event.get("type"), event.get("object") or {}
@@ -239,8 +243,6 @@ class Informer:
             elif kind in ("ADDED", "MODIFIED"):
                 self.objects[meta["name"]] = dict(obj)
             self.cond.notify_all()
-        if self.on_change is not None and kind in ("ADDED", "MODIFIED", "DELETED"):
-            self.on_change(str(kind), dict(obj))
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -93,6 +93,8 @@ def _wait_gone(pid: int, start: int, popen: subprocess.Popen[bytes] | None, time
 
 
 class LocalBackend:
+    parallel_launch = False  # processes start one by one: each start-up competes for the same cores
+
     def __init__(
         self,
         workdir: Path,

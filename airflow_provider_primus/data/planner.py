@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from airflow_provider_primus.data.cache import PlanCache, fingerprint
+from airflow_provider_primus.data.cache import PlanCache, decode_files, fingerprint
 from airflow_provider_primus.data.errors import CorruptFileError, PlanCancelled
 from airflow_provider_primus.data.graph import SourceStats, TaskGraph
 from airflow_provider_primus.data.model import FileInfo, FilePartition, MissingPartition, Task, task_id
@@ -86,7 +86,7 @@ def plan(
     graph = TaskGraph(name=spec_doc.metadata.name, start=start, end=end)
     groups: dict[str, list[datetime]] = {}
     to_cache: list[tuple[str, datetime, tuple[FileInfo, ...]]] = []
-    from_cache: list[FilePartition] = []
+    from_cache: list[tuple[str, datetime, str, str]] = []  # source, time, path, encoded files
     fs_by_source: dict[str, pafs.FileSystem] = {}  # resolved once per source, reused by footer reads
 
     def add_tasks(source: str, tasks: list[Task]) -> None:
@@ -152,7 +152,7 @@ def plan(
             for t in times:
                 path = f"{root}/{source.render_path(t)}"
                 if t in cached:
-                    from_cache.append(FilePartition(source.name, t, path, cached[t]))
+                    from_cache.append((source.name, t, path, cached[t]))
                     continue
                 lfut: Future[Any] = pool.submit(
                     list_partition_with_policy,
@@ -184,7 +184,8 @@ def plan(
                     finished = [completed.get(timeout=0.5 if not cached_left else 0)]
                 except queue.Empty:
                     if cached_left:
-                        finish_partition(cached_left.popleft(), cached=True)
+                        name, t, path, encoded = cached_left.popleft()
+                        finish_partition(FilePartition(name, t, path, decode_files(encoded)), cached=True)
                         done += 1
                         report()
                     continue

@@ -25,6 +25,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--port", type=int, default=0, help="port to bind (default: a free port)")
     parser.add_argument("--window", type=int, default=8, help="batches read ahead of the trainer, at most")
     parser.add_argument("--batch-rows", type=int, default=8192)
+    parser.add_argument(
+        "--transform-threads", type=int, default=2, help="batches transformed side by side (default: 2)"
+    )
     parser.add_argument("--passthrough", nargs="*", help="extra columns sent unchanged (e.g. a row id)")
     parser.add_argument("--heartbeat-s", type=float, default=1.0, help="heartbeat interval to the dispatcher")
     parser.add_argument(

@@ -39,7 +39,7 @@ FORMATS = ("parquet", "csv", "jsonl")
 
 # Parquet is decoded in batches of at least this many rows, then cut (zero-copy) to ``batch_rows``:
 # per-batch decoder overhead made 8,192-row reads ~30% slower on wide feature tables.
-_READ_ROWS = 65_536
+READ_ROWS = 65_536
 
 # (path, batch) pairs; a slice reader's return value is the slice's total row count.
 _Pieces = Generator[tuple[str, pa.RecordBatch], None, int]
@@ -54,12 +54,15 @@ def read_task(
     start_row: int = 0,
     end_row: int | None = None,
     filesystem: pafs.FileSystem | None = None,
+    decode_threads: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """Rows [start_row, end_row) of the task as batches of exactly ``batch_rows`` rows (the last may be
     shorter), spanning slice boundaries. Columns come in the order given, each once.
 
     Arguments are checked now; files are opened as the iterator is consumed. ``filesystem`` None reads
-    the task's paths from the local disk.
+    the task's paths from the local disk. ``decode_threads`` decodes a Parquet batch's columns on
+    Arrow's thread pool: faster for a lone reader, but extra CPU (pool hand-offs) that a process whose
+    other threads already keep its cores busy cannot spare.
     """
     if task.kind != "files":
         raise ValueError(f"task {task.task_id} is a {task.kind!r} task; read_task reads files tasks")
@@ -81,6 +84,7 @@ def read_task(
             end_row=end_row,
             fs=fs,
             local=filesystem is None,
+            decode_threads=decode_threads,
         ),
         batch_rows,
     )
@@ -125,6 +129,7 @@ def _task_pieces(
     end_row: int | None,
     fs: pafs.FileSystem,
     local: bool,
+    decode_threads: bool,
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
     pos = 0  # task row number of the current slice's first row
     for piece in task.slices:
@@ -138,7 +143,7 @@ def _task_pieces(
         hi = None if end_row is None else end_row - pos
         if fmt == "parquet":
             rows = yield from _parquet_slice(
-                fs, path, piece, columns=columns, lo=lo, hi=hi, batch_rows=batch_rows
+                fs, path, piece, columns=columns, lo=lo, hi=hi, batch_rows=batch_rows, threads=decode_threads
             )
         else:
             rows = yield from _text_slice(fs, path, fmt=fmt, columns=columns, lo=lo, hi=hi)
@@ -237,6 +242,7 @@ def _parquet_slice(
     lo: int,
     hi: int | None,
     batch_rows: int,
+    threads: bool,
 ) -> _Pieces:
     with fs.open_input_file(path) as handle:
         pf = _open_parquet(handle, path)
@@ -261,7 +267,9 @@ def _parquet_slice(
                 groups.append(first_group + i)
             acc += rows
         skip, need = lo - group_start, end - lo
-        batches = pf.iter_batches(batch_size=max(batch_rows, _READ_ROWS), row_groups=groups, columns=columns)
+        batches = pf.iter_batches(
+            batch_size=max(batch_rows, READ_ROWS), row_groups=groups, columns=columns, use_threads=threads
+        )
         while need > 0:
             try:
                 batch = next(batches)

@@ -60,6 +60,19 @@ def test_hash_integers_match_reference_and_ignore_integer_width() -> None:
     assert hash_ids(pa.array(big, pa.uint64()), 97).to_pylist() == [splitmix64_reference(x) % 97 for x in big]
 
 
+def test_hash_id_width_follows_the_bucket_count() -> None:
+    ids = pa.array([0, 1, -1, 2**40, None], pa.int64())
+    narrow = hash_ids(ids, 2**31 - 1)
+    wide = hash_ids(ids, 2**31)
+    assert narrow.type == pa.int32() and wide.type == pa.int64()
+    values = [0, 1, -1, 2**40]
+    assert narrow.to_pylist() == [splitmix64_reference(x & MASK) % (2**31 - 1) for x in values] + [0]
+    assert wide.to_pylist() == [splitmix64_reference(x & MASK) % 2**31 for x in values] + [0]
+    # Strings take the dictionary path: same width rule.
+    assert hash_ids(pa.array(["a", None, "a"]), 1000).type == pa.int32()
+    assert hash_ids(pa.array(["a", None, "a"]), 2**40).type == pa.int64()
+
+
 def test_hash_in_range_and_spread() -> None:
     out = hash_ids(pa.array(range(200_000), pa.int64()), 1000).to_numpy()
     assert out.min() >= 0 and out.max() < 1000
@@ -104,7 +117,7 @@ def test_hash_bucket_through_transformer_and_wrong_type() -> None:
     t = BatchTransformer(schema(sparse=["u", "s"], transforms=[{"column": "s", "hash_bucket": 100}]))
     out = t(batch(u=[1, 2], s=["a", "b"], p=[0.5, 1.5], y=[1, 0]))
     assert out.column("s").to_pylist() == [28, 68]
-    assert out.column("s").type == pa.int64()
+    assert out.column("s").type == pa.int32()  # bucket IDs fit: half the bytes on the wire
     with pytest.raises(SchemaMismatchError, match=r"'s'.*hash_bucket.*double"):
         t(batch(u=[1], s=[1.5], p=[0.5], y=[1]))
 
@@ -250,7 +263,7 @@ def test_output_layout_and_passthrough() -> None:
     assert out.schema.names == ["u", "v", "p", "y", "label", "event_time", "row_id", "key"]
     assert [f.type for f in out.schema] == [
         pa.int64(),
-        pa.int64(),
+        pa.int32(),  # int32 IDs stay narrow; other integers widen
         pa.float32(),
         pa.float32(),
         pa.float32(),

@@ -22,6 +22,7 @@ import queue
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ import pyarrow as pa
 from pyarrow import flight
 
 from airflow_provider_primus.data.errors import CorruptFileError
-from airflow_provider_primus.data.reader import read_task
+from airflow_provider_primus.data.reader import READ_ROWS, read_task
 from airflow_provider_primus.data.service.auth import TokenAuthFactory, advertised
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.data.service.wire import dumps, loads
@@ -84,6 +85,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         heartbeat_s: float = 1.0,
         passthrough: tuple[str, ...] = (),
         master_grace_s: float = 0.0,
+        transform_threads: int = 2,
     ) -> None:
         super().__init__(f"grpc://{host}:{port}", middleware={"auth": TokenAuthFactory(token)})
         self.name = name
@@ -99,14 +101,18 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
             for s in spec.spec.sources
             if s.type == "files"
         }
-        # Decoded batches waiting for the transform thread (small: decoding runs at most this far
-        # ahead), then transformed batches waiting for credit (the executor's window).
-        self._raw: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=2)
+        # Decoded batches waiting for the transform thread, then transformed batches waiting for
+        # credit (the executor's window). Parquet decodes READ_ROWS at a time, cut into batches: the
+        # reader must be able to hand over a whole decode and start the next while the transform
+        # works through it, or the two threads take turns instead of overlapping.
+        self._raw: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=-(-READ_ROWS // batch_rows) + 1)
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=window)
         self._failed_items: set[str] = set()
         self._front: collections.deque[tuple[Any, ...]] = collections.deque()
         self.ends: dict[str, int | None] = {}
         self.metrics = Metrics()
+        self._metrics_lock = threading.Lock()
+        self.transform_threads = max(1, transform_threads)
         self.stopping = threading.Event()
         self.eof_served = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -189,6 +195,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                 start_row=start,
                 end_row=end,
                 filesystem=fs,
+                decode_threads=False,
             )
             while True:
                 t0 = time.monotonic()
@@ -216,35 +223,53 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         self._put(self._raw, (END, item_id, total))
 
     def _transform_loop(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                entry = self._raw.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            kind, item_id = entry[0], entry[1]
-            if kind == BATCH:
-                _, item_id, task_id, pos, batch, transformer = entry
-                if item_id in self._failed_items:
-                    continue
-                t0 = time.monotonic()
+        """Hand batches to the transform pool in order; the stream thread takes the results in the
+        same order. Transforms of consecutive batches run side by side (NumPy and Arrow compute
+        release the GIL), so one executor is not bound to a single core's transform speed."""
+        with ThreadPoolExecutor(self.transform_threads, thread_name_prefix="primus-transform") as pool:
+            while not self.stopping.is_set():
                 try:
-                    out = transformer(batch)
-                except (SchemaMismatchError, pa.ArrowException, ValueError) as exc:
-                    self._fail(item_id, exc)
+                    entry = self._raw.get(timeout=0.5)
+                except queue.Empty:
                     continue
-                t1 = time.monotonic()
-                self.metrics.blocked_storage_s += t1 - t0
-                if not self._put(self.queue, (BATCH, item_id, task_id, pos, out)):
-                    return
-                self.metrics.blocked_credit_s += time.monotonic() - t1
-                self.metrics.max_queued = max(self.metrics.max_queued, self.queue.qsize())
-            elif kind == END and item_id in self._failed_items:
-                continue
-            else:
-                if not self._put(self.queue, entry):
-                    return
-                if kind == EOF:
-                    return
+                kind, item_id = entry[0], entry[1]
+                if kind == BATCH:
+                    _, item_id, task_id, pos, batch, transformer = entry
+                    if item_id in self._failed_items:
+                        continue
+                    t0 = time.monotonic()
+                    done = pool.submit(self._transform, transformer, batch)
+                    if not self._put(self.queue, (BATCH, item_id, task_id, pos, done)):
+                        return
+                    self.metrics.blocked_credit_s += time.monotonic() - t0
+                    self.metrics.max_queued = max(self.metrics.max_queued, self.queue.qsize())
+                elif kind == END and item_id in self._failed_items:
+                    continue
+                else:
+                    if not self._put(self.queue, entry):
+                        return
+                    if kind == EOF:
+                        return
+
+    def _transform(self, transformer: BatchTransformer, batch: pa.RecordBatch) -> pa.RecordBatch:
+        t0 = time.monotonic()
+        try:
+            return transformer(batch)
+        finally:
+            with self._metrics_lock:
+                self.metrics.blocked_storage_s += time.monotonic() - t0
+
+    def _transformed(self, entry: tuple[Any, ...]) -> pa.RecordBatch | None:
+        """The batch's transform result, or None when its item failed (now or before)."""
+        item_id, done = entry[1], entry[4]
+        if item_id in self._failed_items:
+            return None
+        try:
+            out: pa.RecordBatch = done.result()
+        except (SchemaMismatchError, pa.ArrowException, ValueError) as exc:
+            self._fail(item_id, exc)
+            return None
+        return out
 
     # --- heartbeat -------------------------------------------------------------------------------
 
@@ -324,6 +349,9 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                 return False
             kind = entry[0]
             if kind == BATCH:
+                out = self._transformed(entry)
+                if out is None:
+                    continue
                 # Wait for a credit, but not past our own shutdown: a consumer that vanished without
                 # its stream breaking would otherwise hold this call, and the server's shutdown, for ever.
                 while not credits.acquire(timeout=0.2):
@@ -332,7 +360,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                 if closed.is_set() or self.stopping.is_set():
                     self._front.appendleft(entry)  # not delivered: the next consumer gets it
                     return False
-                _, item_id, task_id, first_row, out = entry
+                _, item_id, task_id, first_row, _ = entry
                 if not started:
                     writer.begin(out.schema)
                     started = True
@@ -344,6 +372,8 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                 self.metrics.batches_served += 1
             elif kind == END:
                 _, item_id, total = entry
+                if item_id in self._failed_items:
+                    continue
                 self.ends.pop(item_id, None)
                 self.client.release(self.name, item_id, total)
             else:
@@ -366,6 +396,7 @@ def serve(args: Any, spec: Any, token: str) -> int:
         passthrough=tuple(args.passthrough or ()),
         heartbeat_s=args.heartbeat_s,
         master_grace_s=args.master_grace_s,
+        transform_threads=getattr(args, "transform_threads", 2),
     )
     # The Flight server already accepts calls; this thread only waits for the end of the job.
     stop = StopRequested()

@@ -14,6 +14,8 @@ Variants, each over the same task graph, each checked to deliver exactly the pla
     ``PrimusDataLoader`` iterating in this process to the end;
 (c) **e2e2**: the same with two executor processes.
 
+Each variant runs ``rounds`` times, interleaved in rotated order; figures are medians (see ``run``).
+
 The service clocks start once every executor process has reported ready (so interpreter start-up
 is not counted; an executor may have read up to ``window`` batches by then) and stop when the
 loader's iteration ends, which includes its end-of-data detection. CPU is ``time.process_time()``
@@ -29,6 +31,7 @@ import contextlib
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -349,11 +352,20 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
     window: int = 8,
     credits: int = 8,
     files: int | None = None,
+    rounds: int = 3,
 ) -> dict[str, Any]:
-    """One run of all three variants; ``files`` defaults to one per ``ROWS_PER_FILE`` rows."""
-    if min(rows, batch_rows, window, credits, 1 if files is None else files) < 1:
-        raise ValueError("rows, files, batch_rows, window and credits must be at least 1")
+    """``rounds`` rounds of all three variants; ``files`` defaults to one per ``ROWS_PER_FILE`` rows.
+
+    A shared two-core machine drifts by ±15% over minutes, and the variant that runs right after
+    another inherits its memory and cache state. So the variants are interleaved, each round in a
+    rotated order (bare first, then e2e1 first, ...), and each figure is the median over the rounds;
+    ``ratio_rounds`` keeps each round's own e2e1 / bare for the spread.
+    """
+    if min(rows, batch_rows, window, credits, rounds, 1 if files is None else files) < 1:
+        raise ValueError("rows, files, batch_rows, window, credits and rounds must be at least 1")
     files = files or max(1, math.ceil(rows / ROWS_PER_FILE))
+    names = ("bare", "e2e1", "e2e2")
+    results: dict[str, list[_Variant]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(dir=workdir, prefix="primus-bench-dataplane-") as tmp:
         root = Path(tmp) / "store"
         written = write_store(root, rows, files)
@@ -366,37 +378,47 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
         if planned != written or graph.problems:
             raise BenchmarkError(f"planned {planned} of {written} rows; problems: {graph.problems}")
 
-        bare = run_bare(spec, graph, batch_rows)
-        _expect("bare", bare, planned)
         knobs = {"batch_rows": batch_rows, "window": window, "credits": credits}
-        e2e1 = run_service(spec_path, graph, executors=1, **knobs)
-        _expect("e2e1", e2e1, planned, bare.label_sum)
-        e2e2 = run_service(spec_path, graph, executors=2, **knobs)
-        _expect("e2e2", e2e2, planned, bare.label_sum)
+        variants = {
+            "bare": lambda: run_bare(spec, graph, batch_rows),
+            "e2e1": lambda: run_service(spec_path, graph, executors=1, **knobs),
+            "e2e2": lambda: run_service(spec_path, graph, executors=2, **knobs),
+        }
+        label_sum: int | None = None
+        for r in range(rounds):
+            for name in names[r % 3 :] + names[: r % 3]:
+                got = variants[name]()
+                _expect(name, got, planned, label_sum)
+                label_sum = got.label_sum
+                results[name].append(got)
 
     mrows = planned / 1e6
-    bare_rows_s = planned / bare.wall_s
-    e2e1_rows_s = planned / e2e1.wall_s
-    e2e2_rows_s = planned / e2e2.wall_s
-    bare_cpu = bare.cpu_s / mrows
-    loader_cpu = e2e1.cpu_s / mrows
+    rate = {name: statistics.median(planned / v.wall_s for v in results[name]) for name in names}
+    bare_cpu = statistics.median(v.cpu_s for v in results["bare"]) / mrows
+    loader_cpu = statistics.median(v.cpu_s for v in results["e2e1"]) / mrows
+    executor_cpu = statistics.median(v.executor_cpu_s for v in results["e2e1"]) / mrows
+    service = results["e2e1"] + results["e2e2"]
     return {
         "rows": planned,
         "files": files,
         "tasks": len(graph.tasks),
-        "bare_rows_s": round(bare_rows_s),
-        "e2e1_rows_s": round(e2e1_rows_s),
-        "e2e2_rows_s": round(e2e2_rows_s),
-        "ratio": round(e2e1_rows_s / bare_rows_s, 3),
-        "ratio2": round(e2e2_rows_s / bare_rows_s, 3),
+        "rounds": rounds,
+        "bare_rows_s": round(rate["bare"]),
+        "e2e1_rows_s": round(rate["e2e1"]),
+        "e2e2_rows_s": round(rate["e2e2"]),
+        "ratio": round(rate["e2e1"] / rate["bare"], 3),
+        "ratio2": round(rate["e2e2"] / rate["bare"], 3),
+        "ratio_rounds": [
+            round(b.wall_s / e.wall_s, 3) for b, e in zip(results["bare"], results["e2e1"], strict=True)
+        ],
         "loader_cpu_s_per_mrow": round(loader_cpu, 3),
         "bare_cpu_s_per_mrow": round(bare_cpu, 3),
         "cpu_ratio": round(loader_cpu / bare_cpu, 3),
-        "executor_cpu_s_per_mrow": round(e2e1.executor_cpu_s / mrows, 3),
-        "executor_bad_exits": e2e1.executor_bad_exits + e2e2.executor_bad_exits,
+        "executor_cpu_s_per_mrow": round(executor_cpu, 3),
+        "executor_bad_exits": sum(v.executor_bad_exits for v in service),
         "peak_rss_mb": {
-            "executor": round(max(e2e1.executor_peak_rss, e2e2.executor_peak_rss) / MIB),
-            "loader": round(max(e2e1.loader_rss_growth, e2e2.loader_rss_growth) / MIB),
+            "executor": round(max(v.executor_peak_rss for v in service) / MIB),
+            "loader": round(max(v.loader_rss_growth for v in service) / MIB),
         },
         "batch_rows": batch_rows,
         "window": window,

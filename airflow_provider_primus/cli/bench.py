@@ -41,6 +41,9 @@ def register(sub: Any) -> None:
     d.add_argument("--batch-rows", type=int, default=8192)
     d.add_argument("--window", type=int, default=8, help="batches an executor reads ahead, at most")
     d.add_argument("--credits", type=int, default=8, help="batches in flight per executor stream")
+    d.add_argument(
+        "--rounds", type=int, default=3, help="interleaved rounds of the three variants; figures are medians"
+    )
     d.add_argument("--workdir", type=Path, help="where to generate the store (default: system temp)")
     d.set_defaults(handler=run_dataplane)
 
@@ -146,6 +149,7 @@ def run_dataplane(args: argparse.Namespace) -> int:
         window=args.window,
         credits=args.credits,
         files=args.files,
+        rounds=args.rounds,
     )
     print(json.dumps(result))
     return 0

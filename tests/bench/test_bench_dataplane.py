@@ -23,6 +23,8 @@ def test_bench_dataplane_prints_one_json_line(tmp_path: Path, capsys: pytest.Cap
             "4",
             "--credits",
             "4",
+            "--rounds",
+            "2",
             "--workdir",
             str(tmp_path),
         ]
@@ -34,6 +36,7 @@ def test_bench_dataplane_prints_one_json_line(tmp_path: Path, capsys: pytest.Cap
     assert result["rows"] == 40_000  # 4 files x 10,000 rows, every one delivered by each variant
     assert result["files"] == 4 and result["tasks"] == 4
     assert (result["batch_rows"], result["window"], result["credits"]) == (2048, 4, 4)
+    assert result["rounds"] == 2 and len(result["ratio_rounds"]) == 2
     for key in (
         "bare_rows_s",
         "e2e1_rows_s",

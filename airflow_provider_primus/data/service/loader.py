@@ -44,6 +44,11 @@ class _Connection:
         self.writer, self.reader = self.client.do_exchange(descriptor, call_options(token))
         self._lock = threading.Lock()
         self.closed = False
+        # Credits go back in groups of half the window: a quarter of the control messages (and of
+        # the wake-ups they cause on both sides) of one per batch, while the executor always keeps
+        # at least half its window to send into.
+        self._return_every = max(1, credits // 2)
+        self._owed = 0
         self.grant(credits)
         self.thread = threading.Thread(
             target=self._pump, args=(out,), name=f"primus-fanin-{name}", daemon=True
@@ -57,6 +62,13 @@ class _Connection:
                     self.writer.write_metadata(pa.py_buffer(dumps({"credit": n})))
                 except (flight.FlightError, pa.ArrowException, OSError):
                     self.closed = True
+
+    def consumed(self) -> None:
+        """One batch of this stream was taken by the trainer: its credit goes back (grouped)."""
+        self._owed += 1
+        if self._owed >= self._return_every:
+            owed, self._owed = self._owed, 0
+            self.grant(owed)
 
     def _pump(self, out: queue.Queue[Any]) -> None:
         try:
@@ -208,7 +220,7 @@ class PrimusDataLoader:
                     batch.origin, batch.positions = task, np.arange(a, b, dtype=np.int64)
                     yield batch
                     self._settle()
-                conn.grant(1)
+                conn.consumed()
                 if time.monotonic() - last_ack >= self.ack_every_s:
                     self._flush_acks()
                     last_ack = time.monotonic()

@@ -283,6 +283,7 @@ def run_service(
     *,
     executors: int,
     batch_rows: int,
+    message_rows: int,
     window: int,
     credits: int,
 ) -> _Variant:
@@ -293,13 +294,19 @@ def run_service(
         for i in range(executors):  # each is ready (serving) when launch_executor returns
             try:
                 launched = launch_executor(
-                    f"bench-e{i}", server.location, spec_path, token, window=window, batch_rows=batch_rows
+                    f"bench-e{i}", server.location, spec_path, token, window=window, batch_rows=message_rows
                 )
             except ExecutorStartError as exc:
                 raise BenchmarkError(str(exc)) from exc
             procs.append(launched.proc)
         loader = PrimusDataLoader(
-            server.location, token, sparse=SPARSE, dense=DENSE, credits=credits, stall_timeout_s=STALL_S
+            server.location,
+            token,
+            sparse=SPARSE,
+            dense=DENSE,
+            credits=credits,
+            stall_timeout_s=STALL_S,
+            batch_rows=batch_rows,
         )
         me = os.getpid()
         rows = label_sum = 0
@@ -349,10 +356,11 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
     rows: int = 5_000_000,
     workdir: Path | None = None,
     batch_rows: int = 8192,
-    window: int = 8,
-    credits: int = 8,
+    window: int = 2,
+    credits: int = 2,
     files: int | None = None,
     rounds: int = 3,
+    message_rows: int = 32768,
 ) -> dict[str, Any]:
     """``rounds`` rounds of all three variants; ``files`` defaults to one per ``ROWS_PER_FILE`` rows.
 
@@ -361,8 +369,10 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
     rotated order (bare first, then e2e1 first, ...), and each figure is the median over the rounds;
     ``ratio_rounds`` keeps each round's own e2e1 / bare for the spread.
     """
-    if min(rows, batch_rows, window, credits, rounds, 1 if files is None else files) < 1:
-        raise ValueError("rows, files, batch_rows, window, credits and rounds must be at least 1")
+    if min(rows, batch_rows, message_rows, window, credits, rounds, 1 if files is None else files) < 1:
+        raise ValueError(
+            "rows, files, batch_rows, message_rows, window, credits and rounds must be at least 1"
+        )
     files = files or max(1, math.ceil(rows / ROWS_PER_FILE))
     names = ("bare", "e2e1", "e2e2")
     results: dict[str, list[_Variant]] = {name: [] for name in names}
@@ -378,7 +388,7 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
         if planned != written or graph.problems:
             raise BenchmarkError(f"planned {planned} of {written} rows; problems: {graph.problems}")
 
-        knobs = {"batch_rows": batch_rows, "window": window, "credits": credits}
+        knobs = {"batch_rows": batch_rows, "message_rows": message_rows, "window": window, "credits": credits}
         variants = {
             "bare": lambda: run_bare(spec, graph, batch_rows),
             "e2e1": lambda: run_service(spec_path, graph, executors=1, **knobs),
@@ -421,6 +431,7 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
             "loader": round(max(v.loader_rss_growth for v in service) / MIB),
         },
         "batch_rows": batch_rows,
+        "message_rows": message_rows,
         "window": window,
         "credits": credits,
     }

@@ -38,9 +38,12 @@ def register(sub: Any) -> None:
     )
     d.add_argument("--rows", type=int, default=5_000_000)
     d.add_argument("--files", type=int, help="Parquet files to generate (default: one per 500,000 rows)")
-    d.add_argument("--batch-rows", type=int, default=8192)
-    d.add_argument("--window", type=int, default=8, help="batches an executor reads ahead, at most")
-    d.add_argument("--credits", type=int, default=8, help="batches in flight per executor stream")
+    d.add_argument("--batch-rows", type=int, default=8192, help="rows per tensor batch the trainer takes")
+    d.add_argument(
+        "--message-rows", type=int, default=32768, help="rows per Flight message an executor sends"
+    )
+    d.add_argument("--window", type=int, default=2, help="messages an executor reads ahead, at most")
+    d.add_argument("--credits", type=int, default=2, help="messages in flight per executor stream")
     d.add_argument(
         "--rounds", type=int, default=3, help="interleaved rounds of the three variants; figures are medians"
     )
@@ -150,6 +153,7 @@ def run_dataplane(args: argparse.Namespace) -> int:
         credits=args.credits,
         files=args.files,
         rounds=args.rounds,
+        message_rows=args.message_rows,
     )
     print(json.dumps(result))
     return 0

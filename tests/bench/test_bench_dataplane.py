@@ -19,6 +19,8 @@ def test_bench_dataplane_prints_one_json_line(tmp_path: Path, capsys: pytest.Cap
             "4",
             "--batch-rows",
             "2048",
+            "--message-rows",
+            "4096",
             "--window",
             "4",
             "--credits",
@@ -35,7 +37,12 @@ def test_bench_dataplane_prints_one_json_line(tmp_path: Path, capsys: pytest.Cap
     result = json.loads(lines[0])
     assert result["rows"] == 40_000  # 4 files x 10,000 rows, every one delivered by each variant
     assert result["files"] == 4 and result["tasks"] == 4
-    assert (result["batch_rows"], result["window"], result["credits"]) == (2048, 4, 4)
+    assert (result["batch_rows"], result["message_rows"], result["window"], result["credits"]) == (
+        2048,
+        4096,
+        4,
+        4,
+    )
     assert result["rounds"] == 2 and len(result["ratio_rounds"]) == 2
     for key in (
         "bare_rows_s",

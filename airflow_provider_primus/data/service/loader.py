@@ -112,6 +112,7 @@ class PrimusDataLoader:
         stall_timeout_s: float = 600.0,
         grace_s: float = 0.0,
         stop_when_idle: bool = False,
+        batch_rows: int | None = None,
     ) -> None:
         self._token = token
         self._dispatcher = DispatcherClient(dispatcher, token, grace_s=grace_s)
@@ -122,6 +123,11 @@ class PrimusDataLoader:
         self.idle = False
         self.sparse, self.dense, self.extra = tuple(sparse), tuple(dense), tuple(extra)
         self.credits = credits
+        # Executors send messages of their own size (bigger ones: fewer per-message costs and
+        # wake-ups on both sides); the loader yields them cut to ``batch_rows`` (None: as received).
+        if batch_rows is not None and batch_rows < 1:
+            raise ValueError(f"batch_rows must be at least 1 (got {batch_rows})")
+        self.batch_rows = batch_rows
         self.poll_s = poll_s
         self.ack_every_s = ack_every_s
         self.stall_timeout_s = stall_timeout_s
@@ -208,6 +214,9 @@ class PrimusDataLoader:
                 consumed = self._consumed.setdefault(task, IntervalSet())
                 fresh = consumed.missing(start, start + data.num_rows)
                 self.duplicates_dropped += data.num_rows - sum(b - a for a, b in fresh)
+                if self.batch_rows is not None:
+                    step = self.batch_rows
+                    fresh = [(lo, min(lo + step, b)) for a, b in fresh for lo in range(a, b, step)]
                 for a, b in fresh:
                     piece = data.slice(a - start, b - a)
                     # Progress counts a batch once it is handed to the trainer (like a stateful

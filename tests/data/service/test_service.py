@@ -75,14 +75,20 @@ def test_kill_minus_nine_at_random_points_delivers_each_planned_row_exactly_once
                 e.stop()
 
 
-def test_resume_from_saved_progress_loses_and_repeats_nothing(store: Store, token: str, executors) -> None:
+@pytest.mark.parametrize("batch_rows", [None, 100])
+def test_resume_from_saved_progress_loses_and_repeats_nothing(
+    store: Store, token: str, executors, batch_rows: int | None
+) -> None:
+    """With ``batch_rows`` the loader cuts the executors' 256-row messages into 100-row batches, so
+    the checkpoint falls inside a message: its consumed part must count, its rest must not."""
     graph = store.graph()
     server = start_dispatcher(graph, token)
     first: list[int] = []
     try:
         executors.append(ExecutorProcess("a", server.location, store.spec_path, token))
-        loader = loader_for(server.location, token)
+        loader = loader_for(server.location, token, batch_rows=batch_rows)
         for batch in loader:
+            assert batch_rows is None or len(batch) <= batch_rows
             first.extend(int(x) for x in batch.extra["row_id"])
             if len(first) >= store.rows // 3:
                 break
@@ -94,7 +100,7 @@ def test_resume_from_saved_progress_loses_and_repeats_nothing(store: Store, toke
     server = start_dispatcher(graph, token, progress=saved)
     try:
         executors.append(ExecutorProcess("b", server.location, store.spec_path, token))
-        rest = row_ids(loader_for(server.location, token, progress=saved))
+        rest = row_ids(loader_for(server.location, token, progress=saved, batch_rows=batch_rows))
     finally:
         server.stop()
     assert not set(first) & set(rest)

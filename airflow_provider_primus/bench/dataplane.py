@@ -359,7 +359,7 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
     window: int = 2,
     credits: int = 2,
     files: int | None = None,
-    rounds: int = 3,
+    rounds: int = 5,
     message_rows: int = 32768,
 ) -> dict[str, Any]:
     """``rounds`` rounds of all three variants; ``files`` defaults to one per ``ROWS_PER_FILE`` rows.

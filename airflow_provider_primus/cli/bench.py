@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
     d.add_argument("--window", type=int, default=2, help="messages an executor reads ahead, at most")
     d.add_argument("--credits", type=int, default=2, help="messages in flight per executor stream")
     d.add_argument(
-        "--rounds", type=int, default=3, help="interleaved rounds of the three variants; figures are medians"
+        "--rounds", type=int, default=5, help="interleaved rounds of the three variants; figures are medians"
     )
     d.add_argument("--workdir", type=Path, help="where to generate the store (default: system temp)")
     d.set_defaults(handler=run_dataplane)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import queue
 import sys
@@ -102,12 +103,13 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
             if s.type == "files"
         }
         self.transform_threads = max(1, transform_threads)
-        # Rows are decoded and transformed in chunks of a whole Parquet decode (READ_ROWS), then cut
+        # Rows are decoded and transformed in chunks of up to a whole Parquet decode (READ_ROWS), then cut
         # into ``batch_rows`` batches only when sent: per-call overhead made transforming 8,192 rows
         # at a time ~25% dearer per row than 65,536. Decoded chunks wait for the transform pool (room
         # for one per transform thread, so the reader decodes the next meanwhile), transformed chunks
         # for credit: as many as hold ``window`` batches, so memory stays bounded by the window.
-        self.chunk_rows = max(batch_rows, READ_ROWS)
+        # A chunk holds at most half the window's rows, so a small window keeps a small executor.
+        self.chunk_rows = max(batch_rows, min(READ_ROWS, window * batch_rows // 2))
         self._raw: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=self.transform_threads)
         self.queue: queue.Queue[tuple[Any, ...]] = queue.Queue(
             maxsize=max(1, -(-window * batch_rows // self.chunk_rows))
@@ -395,6 +397,12 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
 
 
 def serve(args: Any, spec: Any, token: str) -> int:
+    allotment = AllotmentWatcher()  # thread pools follow the backend's allotment (resizes too)
+    granted = allotment.current()
+    transform_threads = getattr(args, "transform_threads", 2)
+    if granted is not None:
+        # More transform threads than allotted cores only add chunks in flight (memory), not speed.
+        transform_threads = min(transform_threads, max(1, math.ceil(granted.cpu)))
     executor = DataExecutor(
         name=args.name,
         dispatcher=args.dispatcher,
@@ -407,12 +415,10 @@ def serve(args: Any, spec: Any, token: str) -> int:
         passthrough=tuple(args.passthrough or ()),
         heartbeat_s=args.heartbeat_s,
         master_grace_s=args.master_grace_s,
-        transform_threads=getattr(args, "transform_threads", 2),
+        transform_threads=transform_threads,
     )
     # The Flight server already accepts calls; this thread only waits for the end of the job.
     stop = StopRequested()
-    allotment = AllotmentWatcher()  # thread pools follow the backend's allotment (resizes too)
-    granted = allotment.current()
     if granted is not None:
         allotment.apply_threads(granted)
         allotment.start_thread()

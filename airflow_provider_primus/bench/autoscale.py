@@ -149,7 +149,7 @@ def documents(root: Path, files: int, *, scaling: bool, window_s: float, cooldow
                     "failover": {"max_restarts": 20},
                     "resources": {
                         "cpu": 0.5,
-                        "memory": "200Mi",
+                        "memory": "256Mi",
                         "bounds": {"cpu": {"min": 0.25, "max": 0.5}, "memory": {"max": "1Gi"}},
                     },
                 },

@@ -121,7 +121,7 @@ def id_type(buckets: int) -> pa.DataType:
 
 def _hash_plain(values: pa.Array, buckets: int) -> np.ndarray[Any, Any]:
     """Buckets of non-dictionary values; nulls go to bucket 0."""
-    dtype = np.int32 if buckets <= _INT32_BUCKETS else np.int64
+    dtype = id_type(buckets).to_pandas_dtype()
     typ = values.type
     if pa.types.is_null(typ):
         return np.zeros(len(values), dtype=dtype)

@@ -206,7 +206,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
             while True:
                 t0 = time.monotonic()
                 batch = next(batches, None)
-                self.metrics.blocked_storage_s += time.monotonic() - t0
+                self._add_busy(time.monotonic() - t0)
                 if batch is None:
                     break
                 if item_id not in self.ends:  # reclaimed while we were unreachable, or failed
@@ -262,8 +262,12 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         try:
             return transformer(batch)
         finally:
-            with self._metrics_lock:
-                self.metrics.blocked_storage_s += time.monotonic() - t0
+            self._add_busy(time.monotonic() - t0)
+
+    def _add_busy(self, seconds: float) -> None:
+        """Reader and transform threads both add to the storage-side time (thread-seconds)."""
+        with self._metrics_lock:
+            self.metrics.blocked_storage_s += seconds
 
     def _transformed(self, entry: tuple[Any, ...]) -> pa.RecordBatch | None:
         """The chunk's transform result, or None when its item failed (now or before)."""
@@ -399,7 +403,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
 def serve(args: Any, spec: Any, token: str) -> int:
     allotment = AllotmentWatcher()  # thread pools follow the backend's allotment (resizes too)
     granted = allotment.current()
-    transform_threads = getattr(args, "transform_threads", 2)
+    transform_threads = args.transform_threads
     if granted is not None:
         # More transform threads than allotted cores only add chunks in flight (memory), not speed.
         transform_threads = min(transform_threads, max(1, math.ceil(granted.cpu)))

@@ -9,9 +9,13 @@ planning a local tree of ``local_files`` files with no added delay.
 
 from __future__ import annotations
 
+import math
 import os
+import queue
 import tempfile
 import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -101,19 +105,26 @@ def run(
         serial_calls = handler.calls
 
         cache = PlanCache(Path(tmp) / "plan-cache.sqlite")
-        handler.calls = 0
+        handler.reset()
         t0 = time.perf_counter()
         parallel = plan(spec, START, end, PlanOptions(filesystem=delayed, cache=cache))
         parallel_s = time.perf_counter() - t0
         assert [t.task_id for t in parallel.tasks] == [t.task_id for t in serial.tasks]
+        workers = spec.spec.planning.workers
+        parallel_floor_s = io_floor_s(handler.counts, workers, delay_ms / 1000)
+        parallel_counts = dict(handler.counts)
 
         write_store(root, range(days, days + 1), files)
-        handler.calls = 0
+        handler.reset()
         t0 = time.perf_counter()
         incremental = plan(spec, START, end + timedelta(days=1), PlanOptions(filesystem=delayed, cache=cache))
         incremental_s = time.perf_counter() - t0
         incremental_calls = handler.calls
+        incremental_floor_s = io_floor_s(handler.counts, workers, delay_ms / 1000)
+        incremental_counts = dict(handler.counts)
         cache.close()
+    parallel_pool_s = bare_pool_s(parallel_counts, workers, delay_ms / 1000)
+    incremental_pool_s = bare_pool_s(incremental_counts, workers, delay_ms / 1000)
 
     local = local_tasks_per_second(local_files, workdir)
     return {
@@ -121,7 +132,7 @@ def run(
         "partitions": serial.totals()["partitions"],
         "files": serial.totals()["files"],
         "delay_ms": delay_ms,
-        "workers": spec.spec.planning.workers,
+        "workers": workers,
         "serial_s": round(serial_s, 3),
         "parallel_s": round(parallel_s, 3),
         "speedup": round(serial_s / parallel_s, 1),
@@ -129,10 +140,59 @@ def run(
         "incremental_tasks": len(incremental.tasks),
         "incremental_ratio": round(incremental_s / parallel_s, 3),
         "incremental_vs_serial": round(incremental_s / serial_s, 4),
+        # What the round trips alone allow with this many workers, even at zero CPU.
+        "parallel_floor_s": round(parallel_floor_s, 3),
+        "incremental_floor_s": round(incremental_floor_s, 3),
+        "incremental_floor_ratio": round(incremental_floor_s / parallel_floor_s, 4),
+        # The same round trips as bare sleeps on a thread pool of the same size: no planning work.
+        "parallel_pool_s": round(parallel_pool_s, 3),
+        "incremental_pool_s": round(incremental_pool_s, 3),
+        "incremental_pool_ratio": round(incremental_pool_s / parallel_pool_s, 4),
         "serial_calls": serial_calls,
         "incremental_calls": incremental_calls,
         **local,
     }
+
+
+def io_floor_s(counts: Mapping[str, int], workers: int, delay_s: float) -> float:
+    """The least wall time ``counts`` round trips of ``delay_s`` can take on ``workers`` threads.
+
+    No more than ``workers`` are in flight at once, and a file's footer can only be opened once its
+    partition's listing has returned, so the opens start one round trip late at the earliest.
+    """
+    listings, opens = counts.get("list", 0), counts.get("open", 0)
+    waves = max(math.ceil((listings + opens) / workers), (1 if listings else 0) + math.ceil(opens / workers))
+    return waves * delay_s
+
+
+def bare_pool_s(counts: Mapping[str, int], workers: int, delay_s: float) -> float:
+    """Wall time of ``counts`` round trips as plain sleeps on a ``ThreadPoolExecutor`` of ``workers``.
+
+    Each listing's completion submits its share of the footer reads, as in the planner, so this is
+    what the thread pool itself costs (thread start-up, hand-offs) for that plan's I/O pattern with
+    no planning work at all: the practical floor next to :func:`io_floor_s`'s ideal one.
+    """
+    listings, opens = counts.get("list", 0), counts.get("open", 0)
+    if listings:
+        follow_ups = [opens // listings + (i < opens % listings) for i in range(listings)]
+    else:
+        follow_ups = [0] * opens
+    done: queue.SimpleQueue[int] = queue.SimpleQueue()
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="primus-bench-pool") as pool:
+
+        def submit(then: int) -> None:
+            pool.submit(time.sleep, delay_s).add_done_callback(lambda _f: done.put(then))
+
+        for then in follow_ups:
+            submit(then)
+        outstanding = len(follow_ups)
+        while outstanding:
+            then = done.get()
+            outstanding += then - 1
+            for _ in range(then):
+                submit(0)
+    return time.perf_counter() - t0
 
 
 def local_tasks_per_second(n_files: int, workdir: Path | None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_primus.bench.plan import bare_pool_s, io_floor_s
 from airflow_provider_primus.cli.main import main
 
 
@@ -46,3 +47,23 @@ def test_bench_plan_prints_one_json_line(tmp_path: Path, capsys: pytest.CaptureF
     ):
         assert result[key] > 0
     assert list(tmp_path.iterdir()) == []  # generated stores are cleaned up
+    # 3 waves of 1 ms each: 144 round trips on 64 workers, the footers after their listings.
+    assert result["parallel_floor_s"] == result["incremental_floor_s"] == 0.003
+    # Sleeps on a pool of the same size cannot beat the ideal floor.
+    assert result["parallel_pool_s"] >= 0.003 and result["incremental_pool_s"] >= 0.003
+
+
+def test_io_floor_counts_waves_of_round_trips_and_the_listing_before_the_footers() -> None:
+    # The default bench: 20 days x 2 sources x 24 hours, 4 files each, 64 workers, 20 ms.
+    assert io_floor_s({"list": 960, "open": 3840}, 64, 0.02) == pytest.approx(1.5)
+    # One new day: 48 listings, then 192 footers in three waves.
+    assert io_floor_s({"list": 48, "open": 192}, 64, 0.02) == pytest.approx(0.08)
+    assert io_floor_s({"list": 10}, 64, 0.02) == pytest.approx(0.02)
+    assert io_floor_s({}, 64, 0.02) == 0
+
+
+def test_bare_pool_runs_every_round_trip_after_its_listing() -> None:
+    # 4 listings then 8 footers on 4 workers: at least 1 + 2 waves of 10 ms.
+    assert bare_pool_s({"list": 4, "open": 8}, 4, 0.01) >= 0.03
+    assert bare_pool_s({"open": 3}, 4, 0.01) >= 0.01
+    assert bare_pool_s({}, 4, 0.01) < 0.01

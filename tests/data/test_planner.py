@@ -171,7 +171,7 @@ def test_incremental_plan_lists_only_the_new_partitions_and_equals_a_full_plan(t
     cache = PlanCache(tmp_path / "cache.sqlite")
     plan(spec, hours[0], hours[4], PlanOptions(cache=cache, filesystem=counted, min_rows=1))
     first_calls = handler.calls
-    handler.calls = 0
+    handler.reset()
     incremental = plan(
         spec,
         hours[0],
@@ -179,6 +179,7 @@ def test_incremental_plan_lists_only_the_new_partitions_and_equals_a_full_plan(t
         PlanOptions(cache=cache, filesystem=counted, min_rows=1),
     )
     # Two new hours: per hour one listing (which also shows the marker) and two footers.
+    assert handler.counts == {"list": 2, "open": 4}
     assert handler.calls == 2 * 3 < first_calls
     assert incremental.stats["s"].cached_partitions == 4
     full = plan(spec, hours[0], hours[5] + timedelta(hours=1), PlanOptions(min_rows=1))

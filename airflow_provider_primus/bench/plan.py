@@ -110,8 +110,6 @@ def run(
         parallel = plan(spec, START, end, PlanOptions(filesystem=delayed, cache=cache))
         parallel_s = time.perf_counter() - t0
         assert [t.task_id for t in parallel.tasks] == [t.task_id for t in serial.tasks]
-        workers = spec.spec.planning.workers
-        parallel_floor_s = io_floor_s(handler.counts, workers, delay_ms / 1000)
         parallel_counts = dict(handler.counts)
 
         write_store(root, range(days, days + 1), files)
@@ -119,12 +117,15 @@ def run(
         t0 = time.perf_counter()
         incremental = plan(spec, START, end + timedelta(days=1), PlanOptions(filesystem=delayed, cache=cache))
         incremental_s = time.perf_counter() - t0
-        incremental_calls = handler.calls
-        incremental_floor_s = io_floor_s(handler.counts, workers, delay_ms / 1000)
         incremental_counts = dict(handler.counts)
         cache.close()
-    parallel_pool_s = bare_pool_s(parallel_counts, workers, delay_ms / 1000)
-    incremental_pool_s = bare_pool_s(incremental_counts, workers, delay_ms / 1000)
+    workers, delay_s = spec.spec.planning.workers, delay_ms / 1000
+    parallel_floor_s, incremental_floor_s = (
+        io_floor_s(c, workers, delay_s) for c in (parallel_counts, incremental_counts)
+    )
+    parallel_pool_s, incremental_pool_s = (
+        bare_pool_s(c, workers, delay_s) for c in (parallel_counts, incremental_counts)
+    )
 
     local = local_tasks_per_second(local_files, workdir)
     return {
@@ -149,7 +150,7 @@ def run(
         "incremental_pool_s": round(incremental_pool_s, 3),
         "incremental_pool_ratio": round(incremental_pool_s / parallel_pool_s, 4),
         "serial_calls": serial_calls,
-        "incremental_calls": incremental_calls,
+        "incremental_calls": sum(incremental_counts.values()),
         **local,
     }
 

@@ -12,7 +12,6 @@ import collections
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
@@ -20,11 +19,19 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from airflow_provider_primus.data.cache import PlanCache, decode_files, fingerprint
+from airflow_provider_primus.data.cache import (
+    CachedPartition,
+    CacheEntry,
+    PlanCache,
+    decode_files,
+    decode_tasks,
+    fingerprint,
+)
 from airflow_provider_primus.data.errors import CorruptFileError, PlanCancelled
 from airflow_provider_primus.data.graph import SourceStats, TaskGraph
+from airflow_provider_primus.data.iopool import Lane
 from airflow_provider_primus.data.model import FileInfo, FilePartition, MissingPartition, Task, task_id
-from airflow_provider_primus.data.sizing import tasks_for_partition
+from airflow_provider_primus.data.sizing import group_key, tasks_for_partition
 from airflow_provider_primus.data.sources.files import (
     describe_file,
     list_partition_with_policy,
@@ -66,6 +73,9 @@ class _Pending:
     waiting: int = 0
 
 
+_STARTING_WAIT_S = 0.0005
+
+
 def _source_fingerprint(source: Any) -> str:
     return fingerprint(
         source.uri, source.path_template, source.format, source.granularity, str(source.success_marker)
@@ -85,9 +95,13 @@ def plan(
         raise ValueError("a plan over files sources needs an end time")
     graph = TaskGraph(name=spec_doc.metadata.name, start=start, end=end)
     groups: dict[str, list[datetime]] = {}
-    to_cache: list[tuple[str, datetime, tuple[FileInfo, ...]]] = []
-    from_cache: list[tuple[str, datetime, str, str]] = []  # source, time, path, encoded files
-    fs_by_source: dict[str, pafs.FileSystem] = {}  # resolved once per source, reused by footer reads
+    to_cache: list[CacheEntry] = []
+    from_cache: list[tuple[Any, str, datetime, str, CachedPartition]] = []  # source, fp, time, root, entry
+    # How a source's partitions are cut into tasks: cached tasks are reused only under the same one.
+    sizing = {
+        s.name: fingerprint(s.name, str(target), str(min_rows), str(priorities.get(s.name, 0)))
+        for s in spec.sources
+    }
 
     def add_tasks(source: str, tasks: list[Task]) -> None:
         stats = graph.stats[source]
@@ -96,41 +110,45 @@ def plan(
         stats.bytes += sum(t.bytes for t in tasks)
         graph.tasks.extend(tasks)
 
-    def finish_partition(p: _Pending | FilePartition, cached: bool = False) -> None:
-        if isinstance(p, _Pending):
-            files = tuple(sorted(p.infos.values(), key=lambda f: f.path))
-            part = FilePartition(p.source.name, p.time, p.path, files)
-            to_cache.append((p.fingerprint, p.time, files))
-        else:
-            part = p
-        stats = graph.stats[part.source]
+    def add_partition(source: str, t: datetime, files: int, tasks: list[Task], cached: bool) -> None:
+        stats = graph.stats[source]
         stats.partitions += 1
         stats.cached_partitions += int(cached)
-        stats.files += len(part.files)
-        groups.setdefault(part.source, []).append(part.time)
-        add_tasks(
-            part.source,
-            tasks_for_partition(
-                part, target_rows=target, min_rows=min_rows, priority=priorities.get(part.source, 0)
-            ),
+        stats.files += files
+        groups.setdefault(source, []).append(t)
+        add_tasks(source, tasks)
+
+    def size_partition(part: FilePartition, fp: str, cached: bool = False) -> None:
+        """Cut files into tasks, and keep both for the next plan."""
+        tasks = tasks_for_partition(
+            part, target_rows=target, min_rows=min_rows, priority=priorities.get(part.source, 0)
         )
+        to_cache.append((fp, part.time, part.files, sizing[part.source], tasks))
+        add_partition(part.source, part.time, len(part.files), tasks, cached)
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="primus-plan") as pool:
-        futures: dict[Future[Any], tuple[str, Any]] = {}
-        # Completed futures arrive here in completion order: O(1) per result, where polling
-        # ``wait()`` over thousands of pending futures would cost O(pending) per result.
-        completed: queue.SimpleQueue[Future[Any]] = queue.SimpleQueue()
+    def finish_pending(p: _Pending) -> None:
+        files = tuple(sorted(p.infos.values(), key=lambda f: f.path))
+        size_partition(FilePartition(p.source.name, p.time, p.path, files), p.fingerprint)
 
-        def track(fut: Future[Any], what: tuple[str, Any]) -> None:
-            futures[fut] = what
-            fut.add_done_callback(completed.put)
+    def finish_cached(source: Any, fp: str, t: datetime, root: str, entry: CachedPartition) -> None:
+        name = source.name
+        if entry.tasks is None:  # cached under another sizing: cut again from the cached files
+            part = FilePartition(name, t, f"{root}/{source.render_path(t)}", decode_files(entry.files))
+            size_partition(part, fp, cached=True)
+            return
+        files, tasks = decode_tasks(
+            entry.tasks, source=name, group=group_key(name, t), priority=priorities.get(name, 0), time=t
+        )
+        add_partition(name, t, files, tasks, cached=True)
 
+    with Lane(workers) as lane:
         total = 0
         done = 0
         for source in spec.sources:
             graph.stats[source.name] = SourceStats()
             if source.type == "kafka":
-                kfut: Future[Any] = pool.submit(
+                lane.submit(
+                    ("kafka", source),
                     resolve_offsets,
                     bootstrap_servers=source.bootstrap_servers,
                     topic=source.topic,
@@ -140,21 +158,22 @@ def plan(
                     window_start=start,
                     window_end=end,
                 )
-                track(kfut, ("kafka", source))
                 total += 1
                 continue
             fs, root = (opts.filesystem or open_filesystem)(source.uri)
-            fs_by_source[source.name] = fs
             fp = _source_fingerprint(source)
             times = list(partition_times(start, end or start, source.granularity))
             total += len(times)
-            cached = {} if opts.cache is None or opts.refresh else opts.cache.get_many(fp, times)
+            cached = {}
+            if opts.cache is not None and not opts.refresh:
+                cached = opts.cache.get_many(fp, times, sizing[source.name])
             for t in times:
-                path = f"{root}/{source.render_path(t)}"
                 if t in cached:
-                    from_cache.append((source.name, t, path, cached[t]))
+                    from_cache.append((source, fp, t, root, cached[t]))
                     continue
-                lfut: Future[Any] = pool.submit(
+                path = f"{root}/{source.render_path(t)}"
+                lane.submit(
+                    ("list", (_Pending(source, t, path, fp), fs)),
                     list_partition_with_policy,
                     fs,
                     path,
@@ -166,7 +185,6 @@ def plan(
                     time_key=t,
                     cancelled=opts.cancel,
                 )
-                track(lfut, ("list", _Pending(source, t, path, fp)))
 
         def report() -> None:
             if opts.progress is not None:
@@ -175,61 +193,63 @@ def plan(
         report()
         cached_left = collections.deque(from_cache)
         try:
-            while futures or cached_left:
+            while lane.pending or cached_left:
                 if opts.cancel.is_set():
                     raise PlanCancelled("planning cancelled")
-                # I/O completions first (each may start the next round trip); cached partitions
-                # are sized in the gaps, so they overlap the new partitions' round trips.
+                # Results first (a listing's result sends its footer reads); cached partitions are
+                # decoded in the gaps, so they overlap the new partitions' round trips.
                 try:
-                    finished = [completed.get(timeout=0.5 if not cached_left else 0)]
+                    if not lane.pending:
+                        raise queue.Empty
+                    # Cached partitions wait while runners are still starting: computing now
+                    # would hold the GIL they need to send their round trips.
+                    wait = 0.5 if not cached_left else (_STARTING_WAIT_S if lane.starting else 0)
+                    (kind, item), result, error = lane.get(timeout=wait)
                 except queue.Empty:
                     if cached_left:
-                        name, t, path, encoded = cached_left.popleft()
-                        finish_partition(FilePartition(name, t, path, decode_files(encoded)), cached=True)
+                        finish_cached(*cached_left.popleft())
                         done += 1
                         report()
                     continue
-                for fut in finished:
-                    kind, item = futures.pop(fut)
-                    if kind == "kafka":
-                        ranges = fut.result()
-                        add_tasks(item.name, _kafka_tasks(item, ranges, target, priorities.get(item.name, 0)))
-                        graph.stats[item.name].partitions += len(ranges)
+                if kind == "footer":
+                    pending, entry = item
+                    if isinstance(error, CorruptFileError):
+                        # Kept as a whole-file task so execution reports and quarantines it.
+                        graph.problems.append(str(error))
+                        graph.stats[pending.source.name].unreadable_files += 1
+                        info: FileInfo = FileInfo(entry.path, int(entry.size or 0))
+                    elif error is not None:
+                        raise error
+                    else:
+                        info = result
+                    pending.infos[info.path] = info
+                    pending.waiting -= 1
+                    if pending.waiting == 0:
+                        finish_pending(pending)
                         done += 1
-                    elif kind == "list":
-                        found = fut.result()
-                        if isinstance(found, MissingPartition):
-                            graph.missing.append(found)
-                            graph.stats[item.source.name].missing_partitions += 1
-                            done += 1
-                            continue
-                        item.waiting = len(found)
-                        if not found:
-                            finish_partition(item)
-                            done += 1
-                        fs = fs_by_source[item.source.name]
-                        for entry in found:
-                            ffut = pool.submit(describe_file, fs, entry, item.source.format)
-                            track(ffut, ("footer", (item, entry)))
-                    else:  # footer
-                        pending, entry = item
-                        try:
-                            info: FileInfo = fut.result()
-                        except CorruptFileError as exc:
-                            # Kept as a whole-file task so execution reports and quarantines it.
-                            graph.problems.append(str(exc))
-                            graph.stats[pending.source.name].unreadable_files += 1
-                            info = FileInfo(entry.path, int(entry.size or 0))
-                        pending.infos[info.path] = info
-                        pending.waiting -= 1
-                        if pending.waiting == 0:
-                            finish_partition(pending)
-                            done += 1
+                elif error is not None:
+                    raise error
+                elif kind == "kafka":
+                    add_tasks(item.name, _kafka_tasks(item, result, target, priorities.get(item.name, 0)))
+                    graph.stats[item.name].partitions += len(result)
+                    done += 1
+                else:  # list
+                    pending, fs = item
+                    if isinstance(result, MissingPartition):
+                        graph.missing.append(result)
+                        graph.stats[pending.source.name].missing_partitions += 1
+                        done += 1
+                    elif not result:
+                        finish_pending(pending)
+                        done += 1
+                    else:
+                        pending.waiting = len(result)
+                        fmt = pending.source.format
+                        for entry in result:
+                            lane.submit(("footer", (pending, entry)), describe_file, fs, entry, fmt)
                 report()
         except BaseException:
             opts.cancel.set()  # wakes partitions waiting under policy 'wait'
-            for fut in futures:
-                fut.cancel()
             raise
 
     if opts.cache is not None and to_cache:

@@ -9,6 +9,7 @@ Parquet file is split into row-group ranges of about ``target_rows`` rows, and f
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 
 from airflow_provider_primus.data.model import FileInfo, FilePartition, FileSlice, Task, task_id
 
@@ -16,8 +17,8 @@ from airflow_provider_primus.data.model import FileInfo, FilePartition, FileSlic
 BYTES_PER_ROW_ESTIMATE = 100
 
 
-def group_key(source: str, partition: FilePartition) -> str:
-    return f"{source}@{partition.time.isoformat()}"
+def group_key(source: str, time: datetime) -> str:
+    return f"{source}@{time.isoformat()}"
 
 
 def _weight(info: FileInfo) -> int:
@@ -59,7 +60,7 @@ def _make_task(
 def tasks_for_partition(
     partition: FilePartition, *, target_rows: int, min_rows: int, priority: int = 0
 ) -> list[Task]:
-    group = group_key(partition.source, partition)
+    group = group_key(partition.source, partition.time)
     tasks: list[Task] = []
     small: list[FileSlice] = []
     small_weight = 0

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow.fs as pafs
 import pytest
 from kafka import KafkaProducer
 
 from airflow_provider_primus.bench.delayed_fs import delayed_filesystem
-from airflow_provider_primus.data.cache import PlanCache
+from airflow_provider_primus.data import planner
+from airflow_provider_primus.data.cache import SCHEMA, PlanCache
 from airflow_provider_primus.data.graph import TaskGraph
+from airflow_provider_primus.data.model import FilePartition, Task
 from airflow_provider_primus.data.planner import PlanCancelled, PlanOptions, plan
+from airflow_provider_primus.data.sizing import tasks_for_partition
 from airflow_provider_primus.data.sources.files import MissingPartitionError
 from airflow_provider_primus.spec import load_data_spec
 from tests.data.conftest import T0, files_source, hour_dir, spec_doc, write
@@ -185,6 +190,63 @@ def test_incremental_plan_lists_only_the_new_partitions_and_equals_a_full_plan(t
     full = plan(spec, hours[0], hours[5] + timedelta(hours=1), PlanOptions(min_rows=1))
     assert incremental.tasks == full.tasks
     assert incremental.summary()["tasks"] == full.summary()["tasks"]
+    cache.close()
+
+
+def test_cached_tasks_are_reused_under_the_same_sizing_and_cut_again_under_another(
+    tmp_path: Path, hours, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build_store(tmp_path / "s", hours[:4], files=3, rows=40)
+    spec = load_data_spec(spec_doc([files_source("s", tmp_path / "s", success_marker="_SUCCESS")]))
+    fs, handler = delayed_filesystem(0)
+    sized: list[str] = []  # partitions cut into tasks (rather than decoded from the cache)
+
+    def counting(part: FilePartition, **kw: Any) -> list[Task]:
+        sized.append(part.path)
+        return tasks_for_partition(part, **kw)
+
+    monkeypatch.setattr(planner, "tasks_for_partition", counting)
+    cache = PlanCache(tmp_path / "cache.sqlite")
+    window = (hours[0], hours[4])
+
+    def cached_plan(**sizing: int) -> TaskGraph:
+        sized.clear()
+        handler.reset()
+        return plan(spec, *window, PlanOptions(cache=cache, filesystem=lambda uri: (fs, uri), **sizing))
+
+    grouped = cached_plan(min_rows=50, target_rows=80)
+    assert grouped.stats["s"].tasks == 8 and len(sized) == 4  # per hour 3 x 40 rows: 80 + 40
+    again = cached_plan(min_rows=50, target_rows=80)
+    assert again.tasks == grouped.tasks and handler.calls == 0 and sized == []
+    assert again.stats["s"].files == 12 and again.stats["s"].cached_partitions == 4
+
+    # Another sizing: cut again from the cached files (still no round trip), as a fresh plan would,
+    # and keep those tasks for the next plan with that sizing.
+    whole = cached_plan(min_rows=1)
+    assert handler.calls == 0 and len(sized) == 4
+    assert whole.stats["s"].tasks == 12 and whole.stats["s"].cached_partitions == 4
+    assert whole.tasks == plan(spec, *window, PlanOptions(min_rows=1)).tasks
+    assert cached_plan(min_rows=1).tasks == whole.tasks and sized == []
+    cache.close()
+
+
+def test_a_cache_written_before_tasks_were_kept_is_upgraded_in_place(tmp_path: Path, hours) -> None:
+    build_store(tmp_path / "s", hours[:2])
+    spec = load_data_spec(spec_doc([files_source("s", tmp_path / "s", success_marker="_SUCCESS")]))
+    window = (hours[0], hours[2])
+    path = tmp_path / "cache.sqlite"
+    cache = PlanCache(path)
+    expected = plan(spec, *window, PlanOptions(cache=cache, min_rows=1))
+    cache.close()
+    with sqlite3.connect(path) as db:  # the first release's table: files only
+        rows = db.execute("SELECT fingerprint, time, files FROM partitions").fetchall()
+        db.execute("DROP TABLE partitions")
+        db.execute(SCHEMA)
+        db.executemany("INSERT INTO partitions VALUES (?, ?, ?)", rows)
+    fs, handler = delayed_filesystem(0)
+    cache = PlanCache(path)
+    graph = plan(spec, *window, PlanOptions(cache=cache, filesystem=lambda uri: (fs, uri), min_rows=1))
+    assert graph.tasks == expected.tasks and handler.calls == 0 and graph.stats["s"].cached_partitions == 2
     cache.close()
 
 

@@ -24,6 +24,10 @@ def test_bench_plan_prints_one_json_line(tmp_path: Path, capsys: pytest.CaptureF
             "200",
             "--workdir",
             str(tmp_path),
+            "--parallel-runs",
+            "2",
+            "--incremental-runs",
+            "3",
         ]
     )
     assert code == 0
@@ -37,6 +41,7 @@ def test_bench_plan_prints_one_json_line(tmp_path: Path, capsys: pytest.CaptureF
     # incremental: the new day only.
     assert result["serial_calls"] == 48 * 3 and result["incremental_calls"] == 48 * 3
     assert result["local_files"] == 200 and result["local_tasks"] == 200
+    assert result["parallel_runs"] == 2 and result["incremental_runs"] == 3
     for key in (
         "serial_s",
         "parallel_s",

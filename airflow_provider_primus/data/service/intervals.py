@@ -49,6 +49,10 @@ class IntervalSet:
             out.append((pos, b))
         return out
 
+    def present(self, a: int, b: int) -> list[tuple[int, int]]:
+        """The parts of [a, b) in the set, in order."""
+        return [(max(x, a), min(y, b)) for x, y in self._r if x < b and y > a]
+
     def covers(self, a: int, b: int) -> bool:
         return not self.missing(a, b)
 

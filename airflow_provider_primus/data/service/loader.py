@@ -213,7 +213,14 @@ class PrimusDataLoader:
                 task, start = meta["task"], int(meta["start"])
                 consumed = self._consumed.setdefault(task, IntervalSet())
                 fresh = consumed.missing(start, start + data.num_rows)
-                self.duplicates_dropped += data.num_rows - sum(b - a for a, b in fresh)
+                seen = data.num_rows - sum(b - a for a, b in fresh)
+                if seen:
+                    # Rows the trainer already has came again. Either an executor re-sent them, or
+                    # the dispatcher lost their acknowledgement (a master restarted from its last
+                    # saved progress): they are consumed, so acknowledge them again — dropped
+                    # unacknowledged, their task would never complete and the pass never end.
+                    self.duplicates_dropped += seen
+                    self._unacked.setdefault(task, []).extend(consumed.present(start, start + data.num_rows))
                 if self.batch_rows is not None:
                     step = self.batch_rows
                     fresh = [(lo, min(lo + step, b)) for a, b in fresh for lo in range(a, b, step)]

@@ -107,6 +107,38 @@ def test_resume_from_saved_progress_loses_and_repeats_nothing(
     assert Counter(first + rest) == Counter(range(store.rows))
 
 
+def test_rows_whose_acknowledgement_the_dispatcher_lost_are_acknowledged_again(
+    store: Store, token: str, executors
+) -> None:
+    """A master killed between two saves of its progress restarts its dispatcher from the last one,
+    while the trainer (alive) already has the later rows. The dispatcher offers them again; the
+    loader drops them as duplicates — and must acknowledge them, or their tasks never complete and
+    the pass never ends (it hung here until the stall timeout)."""
+    graph = store.graph()
+    server = start_dispatcher(graph, token)
+    try:
+        executors.append(ExecutorProcess("a", server.location, store.spec_path, token))
+        loader = loader_for(server.location, token)
+        assert Counter(row_ids(loader)) == Counter(range(store.rows))
+        acked = server.dispatcher.progress()
+    finally:
+        server.stop()
+        executors[0].stop()
+    # The last save the restarted master finds: every other task's acknowledgements are missing.
+    saved = {t: r for i, (t, r) in enumerate(sorted(acked.items())) if i % 2}
+    lost = store.rows - sum(b - a for r in saved.values() for a, b in r)
+    assert 0 < lost < store.rows
+    server = start_dispatcher(graph, token, progress=saved)
+    try:
+        executors.append(ExecutorProcess("b", server.location, store.spec_path, token))
+        again = loader_for(server.location, token, progress=loader.progress(), stall_timeout_s=20)
+        assert row_ids(again) == []  # nothing is yielded twice ...
+        assert again.duplicates_dropped >= lost  # ... what the dispatcher lost came back ...
+        assert server.dispatcher.finished()  # ... and was acknowledged
+    finally:
+        server.stop()
+
+
 def test_slow_consumer_keeps_executor_memory_bounded(tmp_path: Path, token: str, executors) -> None:
     store = Store(tmp_path, hours=2, files=4, rows=20_000)
     server = start_dispatcher(store.graph(), token)

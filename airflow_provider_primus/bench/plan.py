@@ -114,8 +114,8 @@ def run(
         # hiccup of the VM does not decide the ratio. Every (b) starts from an empty cache, every
         # (c) from a copy of the cache (b) left.
         parallel_times, incremental_times = [], []
-        for run in range(parallel_runs):
-            cache_path = Path(tmp) / f"plan-cache-{run}.sqlite"
+        for i in range(parallel_runs):
+            cache_path = Path(tmp) / f"plan-cache-{i}.sqlite"
             cache = PlanCache(cache_path)
             handler.reset()
             t0 = time.perf_counter()
@@ -126,8 +126,8 @@ def run(
             parallel_counts = dict(handler.counts)
 
         write_store(root, range(days, days + 1), files)
-        for run in range(incremental_runs):
-            copy = Path(tmp) / f"plan-cache-incremental-{run}.sqlite"
+        for i in range(incremental_runs):
+            copy = Path(tmp) / f"plan-cache-incremental-{i}.sqlite"
             shutil.copyfile(cache_path, copy)
             cache = PlanCache(copy)
             handler.reset()

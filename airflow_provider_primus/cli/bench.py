@@ -27,8 +27,9 @@ def register(sub: Any) -> None:
     p.add_argument("--delay-ms", type=float, default=20.0)
     p.add_argument("--local-files", type=int, default=100_000, help="0 skips the no-delay measurement")
     p.add_argument("--workdir", type=Path, help="where to generate the stores (default: system temp)")
-    p.add_argument("--parallel-runs", type=int, default=3, help="default-planner runs; the median is shown")
-    p.add_argument("--incremental-runs", type=int, default=5, help="incremental runs; the median is reported")
+    median = "; the median is reported"
+    p.add_argument("--parallel-runs", type=int, default=3, help="default-planner runs" + median)
+    p.add_argument("--incremental-runs", type=int, default=5, help="incremental runs" + median)
     p.set_defaults(handler=run_plan)
 
     d = bsub.add_parser(

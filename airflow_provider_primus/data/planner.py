@@ -257,9 +257,7 @@ def plan(
     if spec.ordered:
         for source, times in groups.items():
             keys = sorted(set(times))
-            graph.edges.extend(
-                (f"{source}@{a.isoformat()}", f"{source}@{b.isoformat()}") for a, b in pairwise(keys)
-            )
+            graph.edges.extend((group_key(source, a), group_key(source, b)) for a, b in pairwise(keys))
     graph.canonicalize()
     return graph
 

@@ -44,12 +44,25 @@ class Gate:
         with self.cond:
             return self.cond.wait_for(lambda: self.running >= n, timeout)
 
+    def submit(self, lane: Lane, n: int) -> None:
+        for i in range(n):
+            lane.submit(i, self.job, i)
+
+
+def all_in_flight_at_once(limit: int) -> None:
+    """A fresh lane runs ``limit`` blocking jobs at the same time, then finishes them."""
+    gate = Gate()
+    with Lane(limit) as lane:
+        gate.submit(lane, limit)
+        assert gate.wait_running(limit)
+        gate.open.set()
+        collect(lane)
+
 
 def test_a_lane_keeps_its_own_limit_on_jobs_in_flight() -> None:
     gate = Gate()
     with Lane(3) as lane:
-        for i in range(10):
-            lane.submit(i, gate.job, i)
+        gate.submit(lane, 10)
         assert gate.wait_running(3)
         # Nothing else starts while three are in flight (waiting for what must not happen).
         assert not gate.wait_running(4, timeout=0.2)
@@ -97,31 +110,18 @@ def test_runners_start_only_as_jobs_outstrip_them() -> None:
 
 
 def test_threads_are_started_once_and_shared_by_later_lanes() -> None:
-    first = Gate()
-    with Lane(4) as lane:
-        for i in range(4):
-            lane.submit(i, first.job, i)
-        assert first.wait_running(4)
-        first.open.set()
-        collect(lane)
+    all_in_flight_at_once(4)
     threads = iopool._POOL.threads
     assert threads >= 4
-    second = Gate()
-    with Lane(4) as lane:
-        for i in range(4):
-            lane.submit(i, second.job, i)
-        assert second.wait_running(4)  # all four in flight on the threads the first lane started
-        second.open.set()
-        collect(lane)
+    all_in_flight_at_once(4)  # all four in flight on the threads the first lane started
     assert iopool._POOL.threads == threads
 
 
 def test_lanes_open_at_once_each_get_their_full_limit() -> None:
     gate = Gate()
     with Lane(3) as one, Lane(3) as two:
-        for i in range(3):
-            one.submit(i, gate.job, i)
-            two.submit(i, gate.job, i)
+        gate.submit(one, 3)
+        gate.submit(two, 3)
         assert gate.wait_running(6)
         gate.open.set()
         assert len(collect(one)) == len(collect(two)) == 3

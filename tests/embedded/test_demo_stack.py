@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,10 @@ def done(summary: dict) -> bool:
     )
 
 
+def trained_history(rows: int) -> Callable[[dict], bool]:
+    return lambda summary: (summary.get("rows_trained") or {}).get("history", 0) >= rows
+
+
 def test_backfilled_windows_join_the_streaming_job(tmp_path: Path, kafka_dist: object) -> None:
     stack = DemoStack(
         # History ends yesterday, so the daily DAG's own scheduled run (for yesterday) is one of the
@@ -47,6 +52,10 @@ def test_backfilled_windows_join_the_streaming_job(tmp_path: Path, kafka_dist: o
         # Each window's rows were acknowledged exactly once by the one job: the dispatcher's count
         # equals the planned rows, and the trainer trained exactly those history rows.
         assert summary["acked_rows"] == DAYS * ROWS_PER_DAY
+        # The dispatcher counts acknowledgements as they come; the trainer reports its figures every
+        # couple of seconds, so the status that shows the last window consumed can carry the report
+        # from before it. Wait for a report that covers it (more, or never, fails below/here).
+        summary = stack.wait(trained_history(DAYS * ROWS_PER_DAY), 60, "the trainer's report")
         assert summary["rows_trained"]["history"] == DAYS * ROWS_PER_DAY
         hook = PrimusHook()
         assert [r.name for r in hook.find_jobs({})] == [JOB]

@@ -8,6 +8,17 @@ from pathlib import Path
 from typing import Any
 
 
+def _runs(value: str) -> int:
+    """A repeat count: 0 or less would leave no run to take the median of."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of runs, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"at least 1 run is needed, got {n}")
+    return n
+
+
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "bench",
@@ -28,8 +39,8 @@ def register(sub: Any) -> None:
     p.add_argument("--local-files", type=int, default=100_000, help="0 skips the no-delay measurement")
     p.add_argument("--workdir", type=Path, help="where to generate the stores (default: system temp)")
     median = "; the median is reported"
-    p.add_argument("--parallel-runs", type=int, default=3, help="default-planner runs" + median)
-    p.add_argument("--incremental-runs", type=int, default=5, help="incremental runs" + median)
+    p.add_argument("--parallel-runs", type=_runs, default=3, help="default-planner runs" + median)
+    p.add_argument("--incremental-runs", type=_runs, default=5, help="incremental runs" + median)
     p.set_defaults(handler=run_plan)
 
     d = bsub.add_parser(
@@ -140,8 +151,8 @@ def run_plan(args: argparse.Namespace) -> int:
         delay_ms=args.delay_ms,
         local_files=args.local_files,
         workdir=args.workdir,
-        parallel_runs=max(1, args.parallel_runs),
-        incremental_runs=max(1, args.incremental_runs),
+        parallel_runs=args.parallel_runs,
+        incremental_runs=args.incremental_runs,
     )
     print(json.dumps(result))
     return 0

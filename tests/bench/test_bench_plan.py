@@ -72,3 +72,13 @@ def test_bare_pool_runs_every_round_trip_after_its_listing() -> None:
     assert bare_pool_s({"list": 4, "open": 8}, 4, 0.01) >= 0.03
     assert bare_pool_s({"open": 3}, 4, 0.01) >= 0.01
     assert bare_pool_s({}, 4, 0.01) < 0.01
+
+
+@pytest.mark.parametrize("runs", ["0", "-2", "three"])
+def test_bench_plan_rejects_a_run_count_it_cannot_take_a_median_of(
+    runs: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "plan", "--parallel-runs", runs])
+    assert exit_info.value.code == 2
+    assert "--parallel-runs" in capsys.readouterr().err

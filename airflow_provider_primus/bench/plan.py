@@ -53,7 +53,7 @@ def write_store(root: Path, days: range, files: int, rows: int = 64) -> int:
                 part = root / source / t.strftime("%Y-%m-%d") / t.strftime("%H")
                 part.mkdir(parents=True, exist_ok=True)
                 for f in range(files):
-                    pq.write_table(table, part / f"part-{f:03d}.parquet")
+                    pq.write_table(table, part / f"part-{f:03d}.parquet", write_page_checksum=True)
                     n += 1
                 (part / "_SUCCESS").touch()
     return n
@@ -231,7 +231,7 @@ def local_tasks_per_second(n_files: int, workdir: Path | None) -> dict[str, Any]
         hours = max(1, n_files // 100)
         per = n_files // hours
         buf = pa.BufferOutputStream()
-        pq.write_table(table, buf)
+        pq.write_table(table, buf, write_page_checksum=True)
         payload = buf.getvalue().to_pybytes()
         for h in range(hours):
             t = START + timedelta(hours=h)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,22 @@ def register(sub: Any) -> None:
     k.add_argument("--workdir", type=Path, help="where the cluster's files go (default: system temp)")
     k.set_defaults(handler=run_k8s)
 
+    f = bsub.add_parser(
+        "faults",
+        help="a mixed follow-mode job through broker outages and executor kills, row by row",
+        description="Per trial (seeded): a real broker, a click log's history and stream, a mixed "
+        "follow-mode job; the broker is stopped and started again on the same port after an outage "
+        "of MIN..MAX seconds mid-pass, then the trainer or a data executor is SIGKILLed. Reports rows "
+        "lost and duplicated (from the trainer's trace), trainer crashes and the longest time from "
+        "the broker's return to the stream training again.",
+    )
+    f.add_argument("--trials", type=_runs, default=3)
+    f.add_argument("--seed", type=int, default=0, help="trial i uses seed SEED+i")
+    f.add_argument("--min-outage-s", type=float, default=3.0)
+    f.add_argument("--max-outage-s", type=float, default=15.0)
+    f.add_argument("--workdir", type=Path, help="where trials build their worlds (default: system temp)")
+    f.set_defaults(handler=run_faults)
+
 
 def run_k8s(args: argparse.Namespace) -> int:
     from airflow_provider_primus.bench.k8s import run
@@ -122,6 +139,23 @@ def run_k8s(args: argparse.Namespace) -> int:
         high=args.high,
         idle_passes=args.idle_passes,
         settle_s=args.settle_s,
+        workdir=args.workdir,
+    )
+    print(json.dumps(result))
+    return 0
+
+
+def run_faults(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.bench.faults import run
+
+    if not 0 <= args.min_outage_s <= args.max_outage_s:
+        print("error: need 0 <= --min-outage-s <= --max-outage-s", file=sys.stderr)
+        return 2
+    result = run(
+        trials=args.trials,
+        seed=args.seed,
+        min_outage_s=args.min_outage_s,
+        max_outage_s=args.max_outage_s,
         workdir=args.workdir,
     )
     print(json.dumps(result))

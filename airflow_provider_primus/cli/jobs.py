@@ -273,7 +273,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.master.jobs import start_master, wait_for
+    from airflow_provider_primus.master.jobs import TERMINAL, job_paths, start_master, wait_for
     from airflow_provider_primus.spec import SpecError
 
     store = _store(args)
@@ -283,15 +283,47 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except (SpecError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    pid = None
     if fresh or not (store.get(name).status.get("master") or {}).get("pid"):
-        start_master(name, store_path=args.store, extra_args=_kube_args(args))
+        pid = start_master(name, store_path=args.store, extra_args=_kube_args(args))
+
+    def settled(record: Any) -> bool:
+        # Started, ended (a master that cannot plan the data fails the job at once), or gone.
+        return bool(record.status.get("master")) or record.status.get("phase") in TERMINAL or not _alive(pid)
+
     try:
-        wait_for(store, name, lambda r: bool(r.status.get("master")), timeout_s=60)
+        wait_for(store, name, settled, timeout_s=60)
     except TimeoutError as exc:
         print(f"error: the master did not start: {exc}", file=sys.stderr)
         return 1
+    record = store.get(name)  # read after the master's exit was seen: it wrote its status before
+    phase = record.status.get("phase")
+    if phase in TERMINAL:
+        message = record.status.get("message") or "(no message)"
+        print(f"error: job {name!r} {phase}: {message}", file=sys.stderr)
+        return EXIT.get(phase, 1) or 1
+    if not record.status.get("master"):
+        log = job_paths(name).master_log
+        tail = log.read_text(errors="replace").strip().splitlines()[-20:] if log.exists() else []
+        print(
+            f"error: the master exited without starting the job; the end of {log}:\n" + "\n".join(tail),
+            file=sys.stderr,
+        )
+        return 1
     print(name)
     return 0
+
+
+def _alive(pid: int | None) -> bool:
+    """Whether the master we started still runs (None: none was started here, so assume so)."""
+    if pid is None:
+        return True
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -52,11 +52,17 @@ def register(sub: Any) -> None:
     up = ksub.add_parser(
         "up",
         help="start the broker (detached unless --foreground)",
-        description="Start the broker on 127.0.0.1 and print its state as JSON.",
+        description="Start the broker on 127.0.0.1 and print its state as JSON. Topics and offsets "
+        "of an earlier run on the same work dir are kept (and its port, when free); --reset wipes them.",
     )
     common(up)
     up.add_argument("--port", type=int, help="client port (default: a free port)")
     up.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops the broker")
+    up.add_argument(
+        "--reset",
+        action="store_true",
+        help="delete the broker's topics and offsets first (by default they are kept across down/up)",
+    )
     up.set_defaults(handler=run_up)
 
     down = ksub.add_parser("down", help="stop the broker", description="Stop the detached broker cleanly.")
@@ -90,7 +96,9 @@ def run_up(args: argparse.Namespace) -> int:
         return 0
     try:
         dist = ensure_distribution(args.kafka_version, args.cache_dir)
-        kafka = broker.EmbeddedKafka(dist, workdir, port=args.port, detach=not args.foreground)
+        kafka = broker.EmbeddedKafka(
+            dist, workdir, port=args.port, detach=not args.foreground, reset=args.reset
+        )
         state = kafka.start()
     except (KafkaDistributionError, broker.BrokerError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -111,7 +111,7 @@ class TaskGraph:
         }
         schema = TASK_SCHEMA.with_metadata({b"primus.task_graph": json.dumps(meta).encode()})
         tmp = path.with_name(path.name + ".tmp")
-        with pq.ParquetWriter(str(tmp), schema, compression="zstd") as writer:
+        with pq.ParquetWriter(str(tmp), schema, compression="zstd", write_page_checksum=True) as writer:
             for i in range(0, len(self.tasks), BATCH):
                 writer.write_table(pa.Table.from_pylist([_row(t) for t in self.tasks[i : i + BATCH]], schema))
         tmp.replace(path)

@@ -22,8 +22,11 @@ Conventions, fixed here so batch and stream agree:
 - A sparse column without ``hash_bucket`` is taken as final IDs: it must be integer or castable to
   int64 without loss (``"12"`` and ``12.0`` are; ``12.5`` is an error); nulls become 0.
 - Dense nulls stay null (NaN once they become tensors); declare a ``fill`` to choose a value.
-- A missing label (null, or NaN in a label column; null input to a rule) is 0.0, a negative: a
-  stream must not stop on one incomplete event. Declare a ``fill`` on the label column to change it.
+- A missing label (null, or NaN in a label column; null or NaN input to a rule) is never trained:
+  reading it as 0.0 would invent a negative. The schema's ``missing_label`` decides: ``drop`` (the
+  default) leaves the row out of the output and reports its index (``transform``), ``fail`` raises
+  ``MissingLabelError``. A ``fill`` on the label column is a declared value and applies first. (The
+  stream dead-letters such a message before it gets here.)
 - ``event_time`` accepts timestamp columns (naive ones are taken as UTC), integers as epoch
   **milliseconds**, and ISO 8601 strings (with an offset, or naive and taken as UTC).
 """
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,7 +44,15 @@ import pyarrow.compute as pc
 
 from airflow_provider_primus.spec.data import SourceSchema, Transform
 
-__all__ = ["EVENT_TIME", "LABEL", "BatchTransformer", "SchemaMismatchError", "hash_ids"]
+__all__ = [
+    "EVENT_TIME",
+    "LABEL",
+    "BatchTransformer",
+    "MissingLabelError",
+    "SchemaMismatchError",
+    "Transformed",
+    "hash_ids",
+]
 
 LABEL = "label"
 EVENT_TIME = "event_time"
@@ -80,6 +92,22 @@ class SchemaMismatchError(RuntimeError):
         self.path = path
         self.column = column
         self.detail = detail
+
+
+class MissingLabelError(SchemaMismatchError):
+    """Rows without a label under ``missing_label: fail``: the task fails like any unreadable input."""
+
+
+@dataclass(frozen=True)
+class Transformed:
+    """The transformed rows and the input rows left out for having no label (``missing_label: drop``).
+
+    ``unlabelled`` holds indices into the input batch, ascending; the output's rows are the input's
+    others, in order. Callers that number rows (the data executors) need them to keep their count.
+    """
+
+    batch: pa.RecordBatch
+    unlabelled: np.ndarray[Any, np.dtype[np.int64]]
 
 
 def _splitmix64(values: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.uint64]]:
@@ -293,7 +321,31 @@ class BatchTransformer:
     # -- transform ------------------------------------------------------------------------------------
 
     def __call__(self, batch: pa.RecordBatch, path: str = "<stream>") -> pa.RecordBatch:
-        """The transformed batch; ``path`` only names the input in errors."""
+        """The transformed batch, without rows that have no label; ``path`` only names the input in
+        errors. Use ``transform`` to learn which rows were left out."""
+        return self.transform(batch, path).batch
+
+    def transform(self, batch: pa.RecordBatch, path: str = "<stream>") -> Transformed:
+        """The transformed batch and the input rows it leaves out for having no label."""
+        out = self._transform_all(batch, path)
+        label = out.column(LABEL)
+        if not label.null_count:
+            return Transformed(out, np.empty(0, dtype=np.int64))
+        missing = label.is_null()
+        unlabelled = np.flatnonzero(missing.to_numpy(zero_copy_only=False)).astype(np.int64)
+        if self.schema.missing_label == "fail":
+            first = int(unlabelled[0])
+            raise MissingLabelError(
+                path,
+                self.schema.label.column,
+                f"{len(unlabelled)} of {len(label)} rows have no label (null or NaN), the first at row "
+                f"{first} of this batch; missing_label is 'fail' (use 'drop' to leave them out and "
+                f"count them, or declare a fill on the label column)",
+            )
+        return Transformed(out.filter(pc.invert(missing)), unlabelled)
+
+    def _transform_all(self, batch: pa.RecordBatch, path: str) -> pa.RecordBatch:
+        """Every input row transformed; a row without a label has a null label here."""
         if self._checked is None or not batch.schema.equals(self._checked):
             self.check_schema(batch.schema, path)
             self._checked = batch.schema
@@ -339,17 +391,20 @@ class BatchTransformer:
         return pc.fill_null(ids, 0) if ids.null_count else ids
 
     def _label(self, values: pa.Array, path: str) -> pa.Array:
+        """float32 labels; null where the row has none (null or NaN value, null or NaN rule input)."""
         label = self.schema.label
+        if pa.types.is_null(values.type):
+            return pa.nulls(len(values), pa.float32())
         if label.op is not None:
-            if pa.types.is_null(values.type):
-                return pa.array(np.zeros(len(values), dtype=np.float32))
             if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
                 values = _cast(values, pa.float64(), label.column, path)  # bool, decimal: no kernel
+            if pa.types.is_floating(values.type):
+                # NaN compares false with everything: it would read as a confident negative.
+                values = pc.if_else(pc.is_nan(values), pa.scalar(None, values.type), values)
             hit = _RULES[label.op](values, pa.scalar(label.value, pa.float64()))
-            return pc.cast(pc.fill_null(hit, False), pa.float32())
+            return pc.cast(hit, pa.float32())  # null stays null: no label
         out = _cast(values, pa.float32(), label.column, path)
-        out = pc.fill_null(out, pa.scalar(0.0, pa.float32()))
-        return pc.if_else(pc.is_nan(out), pa.scalar(0.0, pa.float32()), out)
+        return pc.if_else(pc.is_nan(out), pa.scalar(None, pa.float32()), out)
 
 
 def _temporal(typ: pa.DataType) -> bool:

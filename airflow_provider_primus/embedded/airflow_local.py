@@ -26,6 +26,7 @@ from pathlib import Path
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 
 LOOPBACK = "127.0.0.1"
+PRIVATE_DIR, PRIVATE_FILE, PRIVATE_UMASK = 0o700, 0o600, 0o077
 COMPONENTS: dict[str, list[str]] = {
     "scheduler": ["scheduler", "--skip-serve-logs"],
     "dag-processor": ["dag-processor"],
@@ -95,9 +96,17 @@ class AirflowLocal:
         return [str(Path(sys.executable).parent / "airflow"), *args]
 
     def migrate(self) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+        # The home holds the admin password file, airflow.cfg's generated secret keys and logs that
+        # print the password: owner only, also when it was made by an earlier, laxer run.
+        self.home.chmod(PRIVATE_DIR)
         proc = subprocess.run(
-            self._airflow("db", "migrate"), env=self.env, capture_output=True, text=True, check=False
+            self._airflow("db", "migrate"),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+            umask=PRIVATE_UMASK,
         )
         if proc.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
@@ -106,12 +115,18 @@ class AirflowLocal:
         """Migrate the DB and start ``components`` (all four by default; ``start_component`` adds one
         later — e.g. the scheduler after a CLI command that must not race its SQLite writes)."""
         self.migrate()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+        self.log_dir.chmod(PRIVATE_DIR)
+        if self.password_file.exists():  # written by an earlier run, perhaps before this was private
+            self.password_file.chmod(PRIVATE_FILE)
         for name in components:
             self.start_component(name)
 
     def start_component(self, name: str) -> None:
-        with open(self.log_dir / f"{name}.log", "ab") as log:
+        # The API server prints the generated admin password to its log on first start.
+        fd = os.open(self.log_dir / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
+        os.fchmod(fd, PRIVATE_FILE)  # a log left by an earlier run with a wider mode
+        with open(fd, "ab") as log:
             self.processes[name] = subprocess.Popen(
                 tied_to_launcher(self._airflow(*COMPONENTS[name])),
                 env=self.env,
@@ -120,6 +135,8 @@ class AirflowLocal:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                # What Airflow writes itself (the password file, task logs) is owner-only too.
+                umask=PRIVATE_UMASK,
             )
 
     def exited(self) -> list[str]:

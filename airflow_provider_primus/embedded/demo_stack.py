@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import yaml
 
-from airflow_provider_primus.embedded.airflow_local import COMPONENTS, AirflowLocal
+from airflow_provider_primus.embedded.airflow_local import COMPONENTS, PRIVATE_UMASK, AirflowLocal
 from airflow_provider_primus.embedded.kafka import broker
 from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION, ensure_distribution
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
@@ -184,6 +184,7 @@ class DemoStack:
                 text=True,
                 timeout=timeout_s,
                 check=False,
+                umask=PRIVATE_UMASK,  # like the components: what it writes in the home is owner-only
             )
             if result.returncode == 0 or "database is locked" not in result.stdout + result.stderr:
                 return result

@@ -381,7 +381,9 @@ def write_history(world: World, root: Path) -> list[Path]:
         marker = folder / "_SUCCESS"
         marker.unlink(missing_ok=True)
         path = folder / "part-0.parquet"
-        pq.write_table(generate_day(world, day), path)
+        # Page checksums: a reader verifying them (the data executors do) refuses flipped bytes
+        # instead of training on the plausible but wrong values they decode to.
+        pq.write_table(generate_day(world, day), path, write_page_checksum=True)
         marker.write_bytes(b"")
         paths.append(path)
     return paths

@@ -9,6 +9,7 @@ the same request twice does no more than once. Bound to 127.0.0.1 unless the job
 from __future__ import annotations
 
 import hmac
+import secrets
 import socket
 import threading
 import time
@@ -89,7 +90,9 @@ def create_app(control: Control, token: str) -> FastAPI:
 
     @app.post("/v1/savepoint", dependencies=auth)
     def savepoint(body: SavepointRequest) -> dict[str, Any]:
-        return control.request({"savepoint": body.id or f"sp-{int(time.time() * 1000)}"})
+        # A random tail: requests without an id in the same millisecond are distinct savepoints.
+        sp = body.id or f"sp-{int(time.time() * 1000)}-{secrets.token_hex(3)}"
+        return control.request({"savepoint": sp})
 
     @app.post("/v1/suspend", dependencies=auth)
     def suspend() -> dict[str, Any]:

@@ -49,6 +49,9 @@ RUNNING, REMOVING, COMPLETED, FAILED, REMOVED = "running", "removing", "complete
 LAUNCH_WORKERS = 16  # concurrent launches for a backend that allows them (pod creates)
 STATUS_HEARTBEAT_S = 10.0  # an unchanged status is rewritten this often (liveness for readers)
 MAX_PASS_ERRORS = 20  # consecutive failed passes (about 10 s) before the job is failed
+# An open savepoint is sent to a trainer again after this long: the report answer that carried it
+# may have been lost. The trainer ignores one it has already covered (and acknowledges it again).
+SAVEPOINT_RESEND_S = 10.0
 
 
 class MasterError(RuntimeError):
@@ -138,6 +141,7 @@ class Master:
         self.samples: deque[Sample] = deque(maxlen=4000)
         self.pass_times: deque[float] = deque(maxlen=1000)  # seconds per reconcile pass (benchmarks)
         self._events_tail: deque[dict[str, Any]] = deque(maxlen=20)
+        self._quarantine_reported: set[str] = set()  # tasks whose TaskQuarantined event is written
         self._pending_events: list[tuple[str, str, str | None, dict[str, Any]]] = []
         self._events_lock = threading.Lock()
         self.started = time.monotonic()
@@ -160,10 +164,20 @@ class Master:
         self.decisions: list[Decision] = [Decision.from_dict(d) for d in previous.get("decisions") or []]
         self.windows: list[dict[str, Any]] = list(previous.get("windows") or [])
         self.savepoints: dict[str, dict[str, Any]] = dict(previous.get("savepoints") or {})
+        # (trainer service name, savepoint id) -> when it was last sent; not persisted, so a
+        # restarted master sends every open savepoint again (its predecessor's queue died with it).
+        self._savepoints_sent: dict[tuple[str, str], float] = {}
         self.applied: dict[str, Any] = dict(previous.get("applied") or {})
         self._last_write: tuple[str, float] = ("", 0.0)
         self.suspended = bool(previous.get("suspended", False))
-        self.server = self._start_data_service(previous)
+        try:
+            self.server = self._start_data_service(previous)
+        except Exception as exc:  # the data cannot be planned: nothing will ever run
+            source = self._files_source()
+            where = f"source {source.name!r} ({source.uri})" if source is not None else "the job's data"
+            message = f"planning {where} failed: {type(exc).__name__}: {exc}"
+            self._fail_at_start(previous, message)
+            raise MasterError(message) from exc
         master = previous.get("master") or {}
         app = create_app(self, self.token)
         self.api = ApiServer(app, spec.control.host, int(master.get("api_port") or spec.control.port)).start()
@@ -186,6 +200,28 @@ class Master:
             return
         if same:
             raise MasterError(f"job {self.name!r} already has a running master (pid {pid})")
+
+    def _fail_at_start(self, previous: Mapping[str, Any], message: str) -> None:
+        """The job fails with the reason in its status, where `primus submit`, `primus status` and
+        the Airflow operator look (not only as a traceback in master.log). A restarted master's
+        executors are stopped: without a plan nothing can feed or judge them."""
+        self.phase, self.message = "Failed", message
+        for ex in self.executors.values():
+            if ex.state in (RUNNING, REMOVING):
+                with contextlib.suppress(Exception):
+                    if self.backend.adopt(ex.handle):
+                        self.backend.terminate(ex.handle)
+                ex.state = REMOVED
+        status = {
+            **previous,
+            "phase": self.phase,
+            "message": message,
+            "executors": {n: e.to_dict() for n, e in sorted(self.executors.items())},
+            "updated": time.time(),
+        }
+        modify(self.store, self.name, lambda _r: status, part="status")
+        self._event("Failed", message)
+        self.backend.close()
 
     def _files_source(self) -> FileSource | None:
         return next((s for s in self.data.spec.sources if isinstance(s, FileSource)), None)
@@ -334,6 +370,9 @@ class Master:
         self._apply_desired(desired)
         if self.phase not in TERMINAL:
             self._observe()
+        if self.phase not in TERMINAL:
+            self._send_savepoints()
+        self._report_quarantine()
         if self.phase not in TERMINAL and self.dispatcher.failed():
             self._fail(self.dispatcher.failure_message())
         if self.phase not in TERMINAL and not self.suspended:
@@ -344,6 +383,7 @@ class Master:
             self._publish_scale()
         if self.phase in TERMINAL:
             self._stop_all()
+            self._settle_savepoints()
         elif self.suspended:
             self.phase = "Suspended"
         elif self.phase in ("Pending", "Suspended"):
@@ -386,8 +426,6 @@ class Master:
         for sp in desired.get("savepoints", []):
             if sp not in self.savepoints:
                 self.savepoints[sp] = {"state": "requested"}
-                for ex in self._running("trainer"):
-                    self.server.send_command(ex.service_name, {"type": "savepoint", "id": sp})
                 self._event("SavepointRequested", f"savepoint {sp} requested")
 
     def _publish_scale(self) -> None:
@@ -467,6 +505,87 @@ class Master:
             )
         self.windows.append(record)
 
+    def _open_savepoints(self) -> list[str]:
+        return [sp for sp, s in self.savepoints.items() if s.get("state") == "requested"]
+
+    def _send_savepoints(self) -> None:
+        """Every open savepoint goes to every running trainer incarnation, and again every
+        SAVEPOINT_RESEND_S until a checkpoint covers it: commands ride on report answers, which can
+        be lost, and die with the trainer (or the master) that held them."""
+        open_ = self._open_savepoints()
+        trainers = self._running("trainer")
+        keep = {ex.service_name for ex in trainers}
+        self._savepoints_sent = {
+            k: t for k, t in self._savepoints_sent.items() if k[0] in keep and k[1] in open_
+        }
+        now = time.monotonic()
+        for ex in trainers:
+            for sp in open_:
+                sent = self._savepoints_sent.get((ex.service_name, sp))
+                if sent is None or now - sent >= SAVEPOINT_RESEND_S:
+                    self.server.send_command(ex.service_name, {"type": "savepoint", "id": sp})
+                    self._savepoints_sent[(ex.service_name, sp)] = now
+
+    def _trainer_reported(self, metrics: Mapping[str, Any]) -> None:
+        """A trainer's report: its figures, and the savepoints its checkpoints covered (a cumulative
+        list of groups, one per checkpoint, so a report the master missed costs nothing)."""
+        if not metrics:
+            return
+        # The last one survives the trainer's end; the savepoint list is bookkeeping, not figures.
+        self._trainer_report = {k: v for k, v in metrics.items() if k not in ("savepoints_done", "events")}
+        for group in metrics.get("savepoints_done") or []:
+            covered = [sp for sp in group["ids"] if self.savepoints.get(sp, {}).get("state") == "requested"]
+            if covered:
+                self._savepoints_done(covered, int(group["step"]), str(group["checkpoint"]))
+
+    def _trainer_events(self, ex: Executor, metrics: Mapping[str, Any]) -> None:
+        """Job events a trainer raised (stream outages, offset resets), each recorded once: reports
+        repeat the newest ones with increasing ``seq``, and the last seq seen per incarnation is kept
+        in ``applied`` so a restarted master does not record them again."""
+        seen = self.applied.setdefault("trainer_events", {})
+        last = int(seen.get(ex.service_name, 0))
+        for event in metrics.get("events") or []:
+            if int(event["seq"]) <= last:
+                continue
+            last = int(event["seq"])
+            self._event(str(event["type"]), str(event["message"]), ex.name, dict(event.get("data") or {}))
+        seen[ex.service_name] = last
+
+    def _savepoints_done(self, ids: list[str], step: int, checkpoint: str) -> None:
+        for sp in ids:
+            self.savepoints[sp] = {"state": "done", "step": step, "checkpoint": checkpoint}
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        self._event(
+            "SavepointDone",
+            f"savepoint{'s' if len(ids) > 1 else ''} {shown} at step {step} ({checkpoint})",
+            data={"ids": ids, "step": step, "checkpoint": checkpoint},
+        )
+
+    def _settle_savepoints(self, recheck: bool = False) -> None:
+        """An ended job answers every open savepoint, so nothing waits on one forever. A trainer
+        that finished took its final checkpoint after its last step: that checkpoint holds the state
+        any later savepoint asks for. Otherwise no checkpoint will ever cover them. ``recheck``
+        (closing): requests accepted since the last pass are answered too."""
+        if recheck:
+            with contextlib.suppress(JobNotFound):
+                for sp in self.store.get(self.name).desired.get("savepoints", []):
+                    if sp not in self.savepoints:
+                        self.savepoints[sp] = {"state": "requested"}
+                        self._event("SavepointRequested", f"savepoint {sp} requested")
+        open_ = self._open_savepoints()
+        self._savepoints_sent.clear()
+        if not open_:
+            return
+        report = self._trainer_report
+        final = report.get("checkpoint") if report.get("final") else None
+        if self.phase == "Succeeded" and final:
+            self._savepoints_done(open_, int(final["step"]), str(final["id"]))
+            return
+        reason = f"the job ended ({self.phase}) before a checkpoint covered it"
+        for sp in open_:
+            self.savepoints[sp] = {"state": "failed", "reason": reason}
+        self._event("SavepointFailed", f"{len(open_)} savepoint(s): {reason}", data={"ids": open_})
+
     # --- observation ---------------------------------------------------------------------------------
 
     def _running(self, role: str | None = None) -> list[Executor]:
@@ -486,22 +605,21 @@ class Master:
             obs = observed.get(ex.name)
             if obs is None:
                 continue
+            if ex.handle.role == "trainer":
+                # Also when it has just exited: its last report (sent as it closed, before exiting)
+                # holds its final figures and the savepoints its final checkpoint covered.
+                _, metrics = reports.get(ex.service_name, (0.0, {}))
+                self._trainer_reported(metrics)
+                self._trainer_events(ex, metrics)
             if not obs.alive:
                 self._on_exit(ex, obs)
                 continue
             if ex.handle.role == "trainer":
-                _, metrics = reports.get(ex.service_name, (0.0, {}))
-                if metrics:
-                    self._trainer_report = metrics  # the last one survives the trainer's end
                 rows, wait, busy = (
                     metrics.get("rows", 0),
                     metrics.get("wait_s", 0.0),
                     metrics.get("busy_s", 0.0),
                 )
-                sp = metrics.get("savepoint")
-                if sp and self.savepoints.get(sp["id"], {}).get("state") == "requested":
-                    self.savepoints[sp["id"]] = {"state": "done", "step": sp["step"]}
-                    self._event("SavepointDone", f"savepoint {sp['id']} at step {sp['step']}")
                 ex.reason = None
             else:
                 metrics = service.get(ex.service_name) or {}
@@ -762,8 +880,38 @@ class Master:
     def _check_done(self) -> None:
         trainers = [e for e in self.executors.values() if e.handle.role == "trainer"]
         if trainers and all(e.state == COMPLETED for e in trainers):
-            self.phase, self.message = "Succeeded", "the trainer finished"
-            self._event("Succeeded", "job succeeded")
+            # Quarantined tasks' rows were not trained: the end must say so, not read as a full pass.
+            quarantined = len(self.dispatcher.quarantine())
+            if quarantined:
+                tasks = f"{quarantined} task{'s' if quarantined != 1 else ''}"
+                self.phase, self.message = "Succeeded", f"Succeeded with {tasks} quarantined"
+                self._event(
+                    "Succeeded",
+                    f"job succeeded with {tasks} quarantined",
+                    None,
+                    {"tasks_quarantined": quarantined},
+                )
+            else:
+                self.phase, self.message = "Succeeded", "the trainer finished"
+                self._event("Succeeded", "job succeeded")
+
+    def _report_quarantine(self) -> None:
+        """One ``TaskQuarantined`` event per task as it is quarantined, with its source, file, the rows
+        not trained ([start, end); end None when the task's length is unknown) and the error."""
+        for task_id, info in self.dispatcher.quarantine().items():
+            if task_id in self._quarantine_reported:
+                continue
+            self._quarantine_reported.add(task_id)
+            start, end = info["rows"]
+            rows = f"rows {start}..{end if end is not None else 'end'}"
+            where = info.get("file") or ", ".join(info.get("files") or ()) or "no file"
+            self._event(
+                "TaskQuarantined",
+                f"task {task_id} of source {info.get('source')} quarantined, {rows} of {where} not trained: "
+                f"{info['error']}",
+                None,
+                info,
+            )
 
     def _fail(self, message: str) -> None:
         self.phase, self.message = "Failed", message
@@ -791,6 +939,11 @@ class Master:
             "tasks": d["tasks"],
             "tasks_done": d["done"],
             "tasks_quarantined": len(d["quarantined"]),
+            # What was not trained and why, for people and operators: each quarantined task's source,
+            # file, row range and error; and the rows left out for having no label.
+            "quarantine": list(d["quarantine"].values()),
+            "rows_without_label": sum(d["rows_without_label"].values()),
+            "rows_without_label_by_task": d["rows_without_label"],
             "acked_rows": d["acked_rows"],
             "data_finished": d["finished"],
             "trainer_step": metrics.get("step"),
@@ -884,6 +1037,8 @@ class Master:
         if self.phase in TERMINAL:
             self._stop_all()
         try:
+            if self.phase in TERMINAL:
+                self._settle_savepoints(recheck=True)
             self._write_status()
         except Exception:
             log.exception("final status write")

@@ -144,11 +144,21 @@ class PrimusBaseOperator(BaseOperator):
         result: dict[str, Any] = self.execute_complete(context, event)  # type: ignore[attr-defined]
         return result
 
-    @staticmethod
-    def outcome(event: dict[str, Any]) -> dict[str, Any]:
-        """The trigger's event as the task's result, or the job's error."""
+    def outcome(self, event: dict[str, Any]) -> dict[str, Any]:
+        """The trigger's event as the task's result, or the job's error. A job that succeeded with
+        quarantined tasks succeeds here too, with a warning and ``tasks_quarantined`` in the result
+        (XCom), so a downstream task can tell a pass that left data out from a complete one."""
+        from airflow_provider_primus.triggers.job import quarantine_summary
+
         if event.get("status") != "success":
             raise PrimusJobFailed(
                 f"job {event.get('job')} {event.get('phase') or 'failed'}: {event.get('message') or ''}"
             )
-        return {k: v for k, v in event.items() if k in ("job", "phase", "progress", "window")}
+        result = {k: v for k, v in event.items() if k in ("job", "phase", "progress", "window")}
+        if "progress" in event:
+            progress = event.get("progress") or {}
+            result["tasks_quarantined"] = int(progress.get("tasks_quarantined") or 0)
+            summary = quarantine_summary(progress)
+            if summary:
+                self.log.warning("job %s: %s", event.get("job"), summary)
+        return result

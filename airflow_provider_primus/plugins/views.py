@@ -340,6 +340,11 @@ def _data_table(status: Mapping[str, Any]) -> str:
         f"{fmt_count(dig(progress, 'tasks_done'))} of {fmt_count(dig(progress, 'tasks'))} tasks done, "
         f"{fmt_count(dig(progress, 'tasks_quarantined'))} quarantined, "
         f"{fmt_count(dig(progress, 'acked_rows'))} rows acknowledged by the trainer"
+        + (
+            f", {fmt_count(dig(progress, 'rows_without_label'))} rows left out for having no label"
+            if dig(progress, "rows_without_label")
+            else ""
+        )
         + ("; the pass is over" if dig(progress, "data_finished") else "")
     )
     return (
@@ -347,6 +352,32 @@ def _data_table(status: Mapping[str, Any]) -> str:
         "<th class='num'>Done</th><th>Consumed</th><th class='num'>Planned rows</th></tr></thead>"
         f"<tbody>{''.join(out)}</tbody></table><p class='note'>{e(total)}. The data document's window "
         "is the total less the appended windows' new tasks (≈ where windows overlap).</p>"
+    )
+
+
+def _quarantine_table(status: Mapping[str, Any]) -> str:
+    """Each quarantined task: the rows it left out of training, where they are and why."""
+    progress = as_map(status.get("progress"))
+    entries = [as_map(q) for q in dig(progress, "quarantine") or [] if isinstance(q, Mapping)]
+    if not entries:
+        return ""
+    rows = []
+    for q in entries:
+        span: list[Any] = list(q["rows"]) if isinstance(q.get("rows"), list) else []
+        start, end = [*span, None, None][:2]
+        first = "—" if start is None else start
+        last = "end" if end is None else end
+        where = q.get("file") or ", ".join(str(f) for f in q.get("files") or []) or "—"
+        rows.append(
+            f"<tr><td><code>{e(q.get('task') or '—')}</code></td><td>{e(q.get('source') or '—')}</td>"
+            f"<td><code>{e(where)}</code></td><td class='num'>{e(first)}..{e(last)}</td>"
+            f"<td class='num'>{fmt_count(q.get('rows_missing'))}</td><td>{e(q.get('error') or '—')}</td></tr>"
+        )
+    return (
+        "<h3>Quarantined tasks</h3><table class='quarantine'><thead><tr><th>Task</th><th>Source</th>"
+        "<th>File</th><th class='num'>Rows</th><th class='num'>Not trained</th><th>Error</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table><p class='note'>Their rows are not in the model; each "
+        "is also a TaskQuarantined event.</p>"
     )
 
 
@@ -700,6 +731,7 @@ def job_page(
         + _scaling_section(events, s, now)
         + "<h2>Data progress</h2>"
         + _data_table(s)
+        + _quarantine_table(s)
         + "<h2>Training</h2>"
         + _training_section(s, points, sample_s)
     )

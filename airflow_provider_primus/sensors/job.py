@@ -17,7 +17,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_primus.hooks.primus import PrimusHook
 from airflow_provider_primus.master.jobs import TERMINAL
-from airflow_provider_primus.triggers.job import PrimusJobTrigger, progress_line
+from airflow_provider_primus.triggers.job import PrimusJobTrigger, progress_line, quarantine_summary
 
 # The phases of docs/contracts.md (PrimusJob status); a misspelt phase would never match.
 PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed", "Stopped")
@@ -35,7 +35,9 @@ def _phases(name: str, phases: Iterable[str]) -> tuple[str, ...]:
 
 class PrimusJobSensor(BaseSensorOperator):
     """Succeeds when the job's phase is one of ``target_phases``; fails, with the job's message, when it
-    is one of ``failure_phases`` or ends in any other phase. Returns (XCom) ``{job, phase, message}``.
+    is one of ``failure_phases`` or ends in any other phase. Returns (XCom) ``{job, phase, message,
+    tasks_quarantined}``; a job that succeeded with quarantined tasks (rows left out of training) is
+    also logged as a warning naming their files and errors.
 
     :param job: the job's name (templated).
     :param target_phases: phases that end the wait successfully.
@@ -68,10 +70,16 @@ class PrimusJobSensor(BaseSensorOperator):
         self.primus_conn_id = primus_conn_id
         self.deferrable = deferrable
 
-    def _outcome(self, phase: str | None, message: str) -> dict[str, Any] | None:
+    def _outcome(
+        self, phase: str | None, message: str, progress: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """The XCom value once the wait is over, None while it goes on; raises for a failure."""
         if phase in self.target_phases:
-            return {"job": self.job, "phase": phase, "message": message}
+            summary = quarantine_summary(progress or {})
+            if summary:
+                self.log.warning("job %s %s: %s", self.job, phase, summary)
+            quarantined = int((progress or {}).get("tasks_quarantined") or 0)
+            return {"job": self.job, "phase": phase, "message": message, "tasks_quarantined": quarantined}
         if phase in self.failure_phases:
             raise AirflowException(f"job {self.job!r} {phase}: {message or 'no message'}")
         if phase in TERMINAL:  # ended, but not as asked: it will never get there
@@ -86,7 +94,7 @@ class PrimusJobSensor(BaseSensorOperator):
         if record is None:
             raise AirflowException(f"no job named {self.job!r}")
         status = record.status
-        outcome = self._outcome(status.get("phase"), str(status.get("message") or ""))
+        outcome = self._outcome(status.get("phase"), str(status.get("message") or ""), status.get("progress"))
         if outcome is None:
             self.log.info("job %s: %s", self.job, progress_line(status))
         return PokeReturnValue(is_done=outcome is not None, xcom_value=outcome)
@@ -116,7 +124,7 @@ class PrimusJobSensor(BaseSensorOperator):
         message = str(event.get("message") or "")
         if phase is None:  # the trigger could not read the job (e.g. it was deleted)
             raise AirflowException(f"job {self.job!r}: {message or 'wait failed'}")
-        outcome = self._outcome(phase, message)
+        outcome = self._outcome(phase, message, event.get("progress"))
         if outcome is None:  # cannot happen with wait_for="end": the trigger yields final phases only
             raise AirflowException(f"job {self.job!r}: trigger ended in non-final phase {phase}")
         return outcome

@@ -312,6 +312,10 @@ class SourceSchema(StrictModel):
     label: Label
     event_time: ColumnName | None = None
     transforms: list[Transform] = Field(default_factory=list)
+    # A row whose label is null (or NaN, or null input to a rule) has no target: training it as 0
+    # would invent a negative. ``drop`` leaves it out and counts it per task; ``fail`` fails the
+    # task like a read error. A ``fill`` on the label column declares a value and takes precedence.
+    missing_label: Literal["drop", "fail"] = "drop"
 
     def columns(self) -> list[str]:
         """The columns a reader must fetch: features, then label, then event time, each once."""
@@ -384,6 +388,11 @@ def _template_issues(template: str) -> list[str]:
         problems.append("needs a day-level placeholder: {date}, or all of {year}, {month} and {day}")
     if template.startswith("/"):
         problems.append("must be relative to uri (no leading '/')")
+    # Placeholders render to digits and dashes only, so the literal text alone decides whether a
+    # rendered folder can climb out of uri (into someone else's data, or anywhere on the machine).
+    rendered = "".join(literal + ("0" if field is not None else "") for literal, field, _, _ in parsed)
+    if ".." in rendered.replace("\\", "/").split("/"):
+        problems.append("must stay inside uri: a '..' segment would leave it")
     return problems
 
 
@@ -454,6 +463,11 @@ class KafkaSource(StrictModel):
     group_id: NonEmptyStr | None = None
     # Where malformed events go, with the reason in their headers; default "<topic>.dlq".
     dead_letter_topic: TopicName | None = None
+    # What a trainer does when the offset it must resume from is not in the partition any more
+    # (retention deleted it, the topic or the broker's data was recreated): stop with a clear error,
+    # or go on from the partition's earliest or latest offset with the records skipped counted in
+    # the job's events and status. Never a silent jump.
+    offset_reset: Literal["fail", "earliest", "latest"] = "fail"
     schema_: SourceSchema = Field(alias="schema")
 
     @field_validator("bootstrap_servers")
@@ -482,6 +496,22 @@ class KafkaSource(StrictModel):
                 f"and not '.' or '..' (got {value!r})"
             )
         return value
+
+    @model_validator(mode="after")
+    def _stream_never_fails_on_a_message(self) -> KafkaSource:
+        # A stream must not stop on one incomplete event: a message without a label is always
+        # dead-lettered (the stream's "drop and count"), so ``fail`` could never apply here.
+        if self.schema_.missing_label == "fail":
+            raise_issues(
+                [
+                    (
+                        ("schema", "missing_label"),
+                        "'fail' applies to files sources only; a stream dead-letters a message without "
+                        "a label instead of stopping (use 'drop', the default)",
+                    )
+                ]
+            )
+        return self
 
     def servers(self) -> list[str]:
         """``bootstrap_servers`` as the list Kafka clients take."""

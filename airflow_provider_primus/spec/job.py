@@ -27,6 +27,11 @@ ROLES: tuple[str, ...] = ("data", "trainer", "evaluator")
 ScalingAction = Literal["scale_out", "scale_in", "resize_cpu", "resize_memory"]
 ALL_ACTIONS: tuple[str, ...] = ("scale_out", "scale_in", "resize_cpu", "resize_memory")
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
+# Executors per role. A Kubernetes cluster is supported up to 5,000 nodes and 150,000 pods, and a
+# job's master reconciles its executors in one loop (`primus bench k8s` measures 1,000 pods); a count
+# beyond this is a typo or a unit mix-up, not a plan, and would launch until the machine gives out.
+MAX_REPLICAS = 10_000
+ReplicaCount = Annotated[int, Strict(), Field(ge=0, le=MAX_REPLICAS)]
 StrictBool = Annotated[bool, Strict()]
 Fraction = Annotated[float, Strict(), Field(gt=0, lt=1, allow_inf_nan=False)]
 
@@ -98,9 +103,9 @@ Memory = Annotated[
 class Replicas(StrictModel):
     """Executor count: the autoscaler moves it within [min, max]; ``initial`` is where it starts."""
 
-    min: NonNegativeInt = 1
-    initial: NonNegativeInt | None = None
-    max: NonNegativeInt | None = None
+    min: ReplicaCount = 1
+    initial: ReplicaCount | None = None
+    max: ReplicaCount | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> Replicas:

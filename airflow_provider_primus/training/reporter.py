@@ -17,6 +17,8 @@ from pyarrow import flight
 
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 
+EVENTS_KEPT = 100
+
 
 class JobReporter:
     def __init__(self, client: DispatcherClient, executor: str, interval_s: float = 0.5) -> None:
@@ -31,6 +33,8 @@ class JobReporter:
         self._state = ""
         self.rows = 0
         self.extra: dict[str, Any] = {}
+        self._events: list[dict[str, Any]] = []
+        self._event_seq = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="primus-reporter", daemon=True)
 
@@ -60,6 +64,17 @@ class JobReporter:
     def computing(self) -> contextlib.AbstractContextManager[None]:
         return self._timed("busy")
 
+    def event(self, type_: str, message: str, data: dict[str, Any] | None = None) -> None:
+        """A job event from the trainer (a stream outage, an offset reset). Reports carry the newest
+        EVENTS_KEPT with increasing ``seq``, so one the master missed comes again in the next report
+        and the master records each once."""
+        with self._lock:
+            self._event_seq += 1
+            self._events.append(
+                {"seq": self._event_seq, "type": type_, "message": message, "data": data or {}}
+            )
+            del self._events[:-EVENTS_KEPT]
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             wait, busy = self._wait_s, self._busy_s
@@ -67,7 +82,11 @@ class JobReporter:
                 ongoing = time.monotonic() - self._since
                 wait += ongoing if self._state == "wait" else 0.0
                 busy += ongoing if self._state == "busy" else 0.0
-        return {"wait_s": round(wait, 4), "busy_s": round(busy, 4), "rows": self.rows, **self.extra}
+            events = list(self._events)
+        snap = {"wait_s": round(wait, 4), "busy_s": round(busy, 4), "rows": self.rows, **self.extra}
+        if events:
+            snap["events"] = events
+        return snap
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

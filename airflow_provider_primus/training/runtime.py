@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["TrainOptions", "Trainer"]
 
+SAVEPOINTS_REPORTED = 1000  # savepoint ids a trainer's report acknowledges (the newest ones)
+
 
 class Feed(Protocol):
     name: str
@@ -186,6 +188,11 @@ class Trainer:
         self._mixer_state: dict[str, Any] | None = None  # from a checkpoint, applied once feeds exist
         self._data_spec_path: Path | None = options.spec_path
         self._closed = False
+        # Savepoint ids from the master not yet covered by a checkpoint, and the recent ones that are,
+        # grouped by the checkpoint that covered them: reported cumulatively, so an answer the master
+        # missed is carried again by the next report.
+        self._savepoints_waiting: dict[str, None] = {}
+        self._savepoints_done: list[dict[str, Any]] = []
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -269,16 +276,25 @@ class Trainer:
                 mine = [p for p in range(count) if p % self.group.world == self.group.rank]
                 if not mine:
                     return  # more trainers than partitions: this one trains on files only
+            offsets = (state or {}).get("offsets") or None  # none: nothing trained from it yet
             src = StreamSource(
                 self.stream_src,
                 passthrough=self.options.passthrough,
-                start_offsets={int(p): int(o) for p, o in state["offsets"].items()} if state else None,
+                start_offsets={int(p): int(o) for p, o in offsets.items()} if offsets else None,
                 bounded=not self.options.follow,
                 partitions=mine,
+                log_identity=(state or {}).get("log"),
+                on_event=self._stream_event,
             )
             if state:
                 src.dead_lettered = int(state["dead_lettered"])
+                src.skipped_records = int(state.get("skipped_records", 0))
             self.feeds[self.stream_src.name] = StreamFeed(self.stream_src.name, src)
+
+    def _stream_event(self, type_: str, message: str, data: dict[str, Any]) -> None:
+        """The stream's events (outage, recovery, offset reset) become the job's events."""
+        if self.reporter is not None:
+            self.reporter.event(type_, message, data)
 
     def stream_src_partitions(self) -> list[int]:
         from kafka import KafkaConsumer
@@ -363,6 +379,9 @@ class Trainer:
             return False, 0, 0.0
         fresh = self.training.spec.mixing.freshness
         lag = stream.lag_records()
+        if not stream.source.available:
+            # Deferring history cannot make an absent broker serve sooner: history trains on.
+            return False, lag, 0.0
         nxt = stream.next_event_ms()
         age = max(0.0, (self._clock_ms() - nxt) / 1000.0) if nxt is not None else 0.0
         lagging = (fresh.max_lag_records is not None and lag > fresh.max_lag_records) or (
@@ -442,6 +461,7 @@ class Trainer:
                     self.freshness.add(age.astype(np.float64))
 
     def _checkpoint(self, policy: MixPolicy) -> None:
+        self._take_commands()  # every savepoint asked for until now is covered by this checkpoint
         feeds = {name: feed.state() for name, feed in self.feeds.items()}
         mine = {
             "mixer": policy.state_dict(),
@@ -458,6 +478,7 @@ class Trainer:
         stream = self._stream_feed()
         if stream is not None:
             stream.source.commit(feeds[stream.name]["offsets"])
+        self._savepoints_covered()
 
     def _publish(self) -> None:
         if not self.group.leader:
@@ -576,6 +597,12 @@ class Trainer:
             result = self._merged_summary()
             if spec.evaluation.holdout is not None:
                 result["holdout"] = self._evaluate_holdout()
+            if self.reporter is not None:
+                # close() sends it: the master keeps it as the job's figures, so it must be these,
+                # not the last periodic progress (which lags the end by up to progress_every_s).
+                self.reporter.extra["metrics"] = self.summary(brief=True)
+                self.reporter.extra["step"] = self.step
+                self.reporter.extra["final"] = True
             return result
         finally:
             self.close()
@@ -594,12 +621,48 @@ class Trainer:
             self.allotment.apply_threads(granted)
         if self.reporter is None:
             return
+        self._take_commands()
+        if self._savepoints_waiting:  # one checkpoint for all of them, however many arrived
+            self._checkpoint(policy)
+            self.reporter.report()
+
+    def _take_commands(self) -> None:
+        """Savepoint ids from the master join the waiting set; one already covered is answered by
+        the cumulative report again (the master re-sends what it has not seen acknowledged)."""
+        if self.reporter is None:
+            return
+        covered = {i for group in self._savepoints_done for i in group["ids"]}
         while not self.reporter.commands.empty():
             command = self.reporter.commands.get_nowait()
-            if command.get("type") == "savepoint":
-                self._checkpoint(policy)
-                self.reporter.extra["savepoint"] = {"id": command.get("id"), "step": self.step}
-                self.reporter.report()
+            if command.get("type") == "savepoint" and command.get("id") is not None:
+                sp = str(command["id"])
+                if sp not in covered:
+                    self._savepoints_waiting[sp] = None
+
+    def _savepoints_covered(self) -> None:
+        """A checkpoint is durable: it covers every waiting savepoint. The report keeps the newest
+        SAVEPOINTS_REPORTED ids, enough for any burst the master has outstanding at once."""
+        if self.reporter is None:
+            return
+        name = self.checkpoints.path_for(self.step).name
+        self.reporter.extra["checkpoint"] = {"step": self.step, "id": name}
+        if not self._savepoints_waiting:
+            return
+        self._savepoints_done.append(
+            {"checkpoint": name, "step": self.step, "ids": list(self._savepoints_waiting)}
+        )
+        self._savepoints_waiting = {}
+        excess = sum(len(g["ids"]) for g in self._savepoints_done) - SAVEPOINTS_REPORTED
+        while excess > 0:
+            oldest = self._savepoints_done[0]
+            if len(oldest["ids"]) <= excess:
+                excess -= len(oldest["ids"])
+                del self._savepoints_done[0]
+            else:
+                self._savepoints_done[0] = {**oldest, "ids": oldest["ids"][excess:]}
+                excess = 0
+        # A new list each time: the reporter thread may be serialising the previous one.
+        self.reporter.extra["savepoints_done"] = list(self._savepoints_done)
 
     def _account(
         self, rows: dict[str, int], deferred: dict[str, int], guard: bool, lag: int, age: float
@@ -678,6 +741,7 @@ class Trainer:
                 "p99": _round(self.freshness.quantile(0.99)),
             },
             "dead_lettered": self._dead_lettered(),
+            "stream": self._stream_health(),
             "deferred": dict(m.deferred),
             "guard_steps": m.guard_steps,
             "watermark": _iso(self.metrics.watermark_ms),
@@ -735,6 +799,10 @@ class Trainer:
             samples_per_s=round(sum(rows.values()) / m.elapsed_s, 1) if m.elapsed_s else None,
         )
         return out
+
+    def _stream_health(self) -> dict[str, Any] | None:
+        stream = self._stream_feed()
+        return stream.source.health() if stream is not None else None
 
     def _dead_lettered(self) -> int:
         stream = self._stream_feed()

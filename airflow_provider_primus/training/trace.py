@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -35,7 +36,9 @@ class TraceWriter:
         self._file: IO[str] = sys.stdout if self._stdout else open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def __call__(self, step: int, parts: list[tuple[str, TensorBatch]]) -> None:
-        self._file.write(json.dumps({"step": step, "rows": step_rows(parts, self.passthrough)}) + "\n")
+        # ``t`` (wall clock) dates each step for fault analyses: when did the stream train again.
+        entry = {"step": step, "t": round(time.time(), 3), "rows": step_rows(parts, self.passthrough)}
+        self._file.write(json.dumps(entry) + "\n")
         self._file.flush()
 
     def close(self) -> None:

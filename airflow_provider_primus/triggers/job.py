@@ -29,12 +29,30 @@ def progress_line(status: dict[str, Any]) -> str:
     auc = (metrics.get("progressive") or {}).get("window_auc")
     fresh = (metrics.get("freshness_s") or {}).get("p50")
     running = sum(1 for e in (status.get("executors") or {}).values() if e.get("state") == "running")
+    quarantined = f" ({p['tasks_quarantined']} quarantined)" if p.get("tasks_quarantined") else ""
     return (
-        f"{status.get('phase')}: {running} executors; data {p.get('tasks_done')}/{p.get('tasks')} tasks, "
-        f"{p.get('acked_rows')} rows; trainer step {p.get('trainer_step')}, "
+        f"{status.get('phase')}: {running} executors; data {p.get('tasks_done')}/{p.get('tasks')} tasks"
+        f"{quarantined}, {p.get('acked_rows')} rows; trainer step {p.get('trainer_step')}, "
         f"AUC {auc if auc is not None else '-'}, freshness p50 {fresh if fresh is not None else '-'} s, "
         f"{metrics.get('samples_per_s') or '-'} samples/s"
     )
+
+
+def quarantine_summary(progress: dict[str, Any]) -> str | None:
+    """What a task's log says when a job left data out: each quarantined task's file, the rows not
+    trained and the error (the first few; the job page lists all). None when nothing was."""
+    count = int(progress.get("tasks_quarantined") or 0)
+    if not count:
+        return None
+    lines = [f"{count} data task{'s' if count != 1 else ''} quarantined; their rows were not trained:"]
+    shown = list(progress.get("quarantine") or [])[:5]
+    for q in shown:
+        start, end = (q.get("rows") or [None, None])[:2]
+        where = q.get("file") or ", ".join(q.get("files") or ()) or q.get("task")
+        lines.append(f"  {where} rows {start}..{end if end is not None else 'end'}: {q.get('error')}")
+    if count > len(shown):
+        lines.append(f"  ... and {count - len(shown)} more (see the job's TaskQuarantined events)")
+    return "\n".join(lines)
 
 
 def find_window(status: dict[str, Any], start: str, end: str) -> dict[str, Any] | None:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import time
+from datetime import timedelta
 
 import pytest
 
 from tests.conftest import venv_bin
 from tests.master.conftest import JobWorld
+from tests.training.conftest import T0
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -27,6 +31,10 @@ def test_run_in_the_foreground_then_status_and_events(job_world: JobWorld) -> No
     result = primus("run", str(job), "--quiet")
     final = json.loads(result.stdout.strip().splitlines()[-1])
     assert final["phase"] == "Succeeded" and final["progress"]["acked_rows"] == job_world.rows
+    # The trainer's final figures (batch_size 20), not its last periodic report before the end.
+    steps = job_world.rows // 20
+    assert (final["progress"]["trainer_step"], final["progress"]["trainer_rows"]) == (steps, job_world.rows)
+    assert final["progress"]["trainer_metrics"]["steps"] == steps
     status = json.loads(primus("status", "job", "--json").stdout)
     assert status["phase"] == "Succeeded" and "data_progress" not in status
     text = primus("status", str(job)).stdout  # the document works as well as the name
@@ -61,3 +69,20 @@ def test_invalid_job_is_refused_with_the_field(job_world: JobWorld) -> None:
     result = primus("run", str(job), check=False)
     assert result.returncode == 2
     assert "spec.rols: unknown field; did you mean 'roles'?" in result.stderr
+
+
+def test_submit_reports_a_planning_failure_at_once(job_world: JobWorld) -> None:
+    hour = T0 + timedelta(hours=2)
+    missing = job_world.root / "store" / hour.strftime("%Y-%m-%d") / hour.strftime("%H")
+    shutil.rmtree(missing)  # the source's missing policy is 'fail'
+    started = time.monotonic()
+    result = primus("submit", str(job_world.job()), check=False)
+    assert time.monotonic() - started < 30  # not the 60 s wait for a master that never comes up
+    assert result.returncode == 1, result.stderr
+    assert f"error: job 'job' Failed: planning source 'history' (file://{job_world.root}/store) failed" in (
+        result.stderr
+    )
+    assert str(missing) in result.stderr and "Traceback" not in result.stderr
+    status = json.loads(primus("status", "job", "--json").stdout)
+    assert status["phase"] == "Failed" and str(missing) in status["message"]
+    assert "Traceback" not in status["message"]

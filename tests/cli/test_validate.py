@@ -43,6 +43,17 @@ def test_invalid_file_exits_2_listing_every_issue(bad_spec: Path, capsys: pytest
     }
 
 
+def test_a_template_leaving_its_uri_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["sources"][0]["path_template"] = "../../../etc/{date}"
+    path = tmp_path / "escape.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines()[1:] == [
+        "spec.sources[0].path_template: must stay inside uri: a '..' segment would leave it"
+    ]
+
+
 def test_missing_file_exits_2_with_a_clear_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,7 +10,12 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_primus.data import transforms
-from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMismatchError, hash_ids
+from airflow_provider_primus.data.transforms import (
+    BatchTransformer,
+    MissingLabelError,
+    SchemaMismatchError,
+    hash_ids,
+)
 from airflow_provider_primus.spec.data import SourceSchema
 
 MASK = (1 << 64) - 1
@@ -194,19 +199,20 @@ def test_dense_string_that_is_not_a_number() -> None:
 @pytest.mark.parametrize(
     ("op", "expected"),
     [
-        (">=", [0.0, 1.0, 1.0, 0.0]),
-        (">", [0.0, 0.0, 1.0, 0.0]),
-        ("<=", [1.0, 1.0, 0.0, 0.0]),
-        ("<", [1.0, 0.0, 0.0, 0.0]),
-        ("==", [0.0, 1.0, 0.0, 0.0]),
-        ("!=", [1.0, 0.0, 1.0, 0.0]),
+        (">=", [0.0, 1.0, 1.0]),
+        (">", [0.0, 0.0, 1.0]),
+        ("<=", [1.0, 1.0, 0.0]),
+        ("<", [1.0, 0.0, 0.0]),
+        ("==", [0.0, 1.0, 0.0]),
+        ("!=", [1.0, 0.0, 1.0]),
     ],
 )
 def test_label_rule_every_op(op: str, expected: list[float]) -> None:
     t = BatchTransformer(schema(label={"rule": f"r {op} 4"}))
-    out = t(batch(u=[1, 2, 3, 4], p=[0.0] * 4, r=pa.array([3, 4, 5, None], pa.int64())))
-    assert out.column("label").to_pylist() == expected  # null input: 0.0 (not positive)
-    assert out.column("label").type == pa.float32()
+    out = t.transform(batch(u=[1, 2, 3, 4], p=[0.0] * 4, r=pa.array([3, 4, 5, None], pa.int64())))
+    assert out.batch.column("label").to_pylist() == expected  # null input: no label, not a negative
+    assert out.batch.column("u").to_pylist() == [1, 2, 3] and out.unlabelled.tolist() == [3]
+    assert out.batch.column("label").type == pa.float32()
 
 
 def test_label_rule_on_floats_and_booleans() -> None:
@@ -217,10 +223,37 @@ def test_label_rule_on_floats_and_booleans() -> None:
         t(batch(u=[1], p=[0.0], r=["x"]))
 
 
-def test_label_column_nulls_and_nan_are_negative() -> None:
-    t = BatchTransformer(schema())
-    out = t(batch(u=[1, 2, 3, 4], p=[0.0] * 4, y=[1.0, None, float("nan"), 0.0]))
-    assert out.column("label").to_pylist() == [1.0, 0.0, 0.0, 0.0]
+def test_rows_without_a_label_are_dropped_and_reported_never_trained_as_negatives() -> None:
+    t = BatchTransformer(schema(), passthrough=("row_id",))
+    raw = batch(
+        u=[1, 2, 3, 4, 5], p=[0.0] * 5, y=[1.0, None, float("nan"), 0.0, None], row_id=[0, 1, 2, 3, 4]
+    )
+    out = t.transform(raw)
+    assert out.batch.column("label").to_pylist() == [1.0, 0.0]
+    assert out.batch.column("row_id").to_pylist() == [0, 3]
+    assert out.unlabelled.tolist() == [1, 2, 4]
+    assert t(raw).equals(out.batch)  # the plain call leaves them out too
+    rule = BatchTransformer(schema(label={"rule": "r > 0.5"}))
+    got = rule.transform(batch(u=[1, 2, 3], p=[0.0] * 3, r=[0.9, float("nan"), 0.1]))
+    assert got.batch.column("label").to_pylist() == [1.0, 0.0] and got.unlabelled.tolist() == [1]
+    absent = BatchTransformer(schema()).transform(batch(u=[1, 2], p=[0.0, 0.0], y=pa.nulls(2)))
+    assert absent.batch.num_rows == 0 and absent.unlabelled.tolist() == [0, 1]
+
+
+def test_missing_label_fail_raises_naming_the_input() -> None:
+    t = BatchTransformer(schema(missing_label="fail"))
+    assert t(batch(u=[1], p=[0.0], y=[1])).column("label").to_pylist() == [1.0]
+    with pytest.raises(
+        MissingLabelError, match=r"part-3\.parquet: column 'y': 2 of 3 rows have no label"
+    ) as exc:
+        t(batch(u=[1, 2, 3], p=[0.0] * 3, y=[1.0, None, None]), "/data/part-3.parquet")
+    assert isinstance(exc.value, SchemaMismatchError) and exc.value.path == "/data/part-3.parquet"
+
+
+def test_a_declared_label_fill_is_a_value_not_a_missing_label() -> None:
+    t = BatchTransformer(schema(missing_label="fail", transforms=[{"column": "y", "fill": 0}]))
+    out = t.transform(batch(u=[1, 2, 3], p=[0.0] * 3, y=[1.0, None, float("nan")]))
+    assert out.batch.column("label").to_pylist() == [1.0, 0.0, 0.0] and not len(out.unlabelled)
 
 
 # -- event time, passthrough, layout --------------------------------------------------------------------

@@ -1,6 +1,7 @@
 import argparse
 import io
 import json
+import re
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,9 @@ from kafka.admin import KafkaAdminClient
 
 from airflow_provider_primus.cli import gen as gen_cli
 from airflow_provider_primus.cli.main import build_parser, main
+from airflow_provider_primus.data.errors import CorruptFileError
+from airflow_provider_primus.data.model import FileSlice, Task
+from airflow_provider_primus.data.reader import read_task
 from airflow_provider_primus.data.transforms import BatchTransformer
 from airflow_provider_primus.gen import clicklog
 from airflow_provider_primus.gen.clicklog import (
@@ -203,6 +207,31 @@ def test_write_history_writes_parquet_and_markers(tmp_path: Path) -> None:
         assert pq.read_table(path).equals(generate_day(SMALL, day))
     whole = pads.dataset(tmp_path / "history", format="parquet").to_table()
     assert whole.num_rows == SMALL.history_days * SMALL.rows_per_day
+
+
+@pytest.mark.parametrize("column", ["sample_id", "ts", "user_id", "clicked"])
+def test_history_pages_carry_checksums_that_catch_flipped_bytes(tmp_path: Path, column: str) -> None:
+    """200 bytes flipped in the middle of a data page: the executors' reader (which verifies page
+    checksums) refuses the file by name instead of decoding plausible but wrong values."""
+    [path] = write_history(replace(SMALL, history_days=1, rows_per_day=30_000), tmp_path)
+    meta = pq.ParquetFile(path).metadata
+    index = pq.ParquetFile(path).schema_arrow.get_field_index(column)
+    chunk = meta.row_group(0).column(index)
+    end = (chunk.dictionary_page_offset or chunk.data_page_offset) + chunk.total_compressed_size
+    middle = (chunk.data_page_offset + end) // 2
+    assert end - chunk.data_page_offset > 400  # the 200 bytes lie inside the chunk's data pages
+    data = bytearray(path.read_bytes())
+    for i in range(middle - 100, middle + 100):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+    task = Task(
+        "t", "history", "files", "g", rows=30_000, slices=(FileSlice(str(path), len(data), rows=30_000),)
+    )
+    with pytest.raises(
+        CorruptFileError, match=rf"{re.escape(str(path))}: decoding .*CRC checksum verification"
+    ):
+        for _ in read_task(task, fmt="parquet", columns=[column], batch_rows=8192):
+            pass
 
 
 def test_write_data_spec_validates_and_matches_the_data(tmp_path: Path) -> None:

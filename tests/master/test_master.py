@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -90,6 +91,51 @@ def test_job_trains_every_row_once(job_world: JobWorld) -> None:
     assert_exactly_once(job_world)
     types = event_types(job_world)
     assert types.count("ExecutorLaunched") == 2 and "Succeeded" in types
+
+
+def test_a_quarantined_task_is_an_event_and_the_job_ends_saying_so(job_world: JobWorld) -> None:
+    """Corrupted bytes in a page of one file, within the allowed share: the job succeeds, but its
+    message says a task was quarantined and an event names the file, the rows not trained and the
+    error (the page checksum's)."""
+    import pyarrow.parquet as pq
+
+    from tests.training.conftest import events
+
+    t = T0 + timedelta(hours=2)
+    path = job_world.root / "store" / t.strftime("%Y-%m-%d") / t.strftime("%H") / "part-0.parquet"
+    pq.write_table(events(10_000, 5000, t, seed=2), path, row_group_size=1000, write_page_checksum=True)
+    chunk = pq.ParquetFile(path).metadata.row_group(2).column(0)  # row_id of file rows 2000..3000
+    end = (chunk.dictionary_page_offset or chunk.data_page_offset) + chunk.total_compressed_size
+    middle = (chunk.data_page_offset + end) // 2
+    data = bytearray(path.read_bytes())
+    for i in range(middle - 100, middle + 100):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+    submit(job_world.job(data_service={"max_attempts": 2, "max_failed_share": 0.5}), store=job_world.store)
+    with running(job_world):
+        record = until(job_world, ended)
+    status = record.status
+    assert status["phase"] == "Succeeded" and status["message"] == "Succeeded with 1 task quarantined"
+    progress = status["progress"]
+    assert progress["tasks_quarantined"] == 1
+    [info] = progress["quarantine"]
+    assert info["source"] == "history" and info["file"] == str(path)
+    assert "CRC checksum" in info["error"]
+    [event] = [e for e in job_world.store.events("job") if e.type == "TaskQuarantined"]
+    assert {k: event.data[k] for k in ("source", "file", "rows", "error")} == {
+        k: info[k] for k in ("source", "file", "rows", "error")
+    }
+    assert str(path) in event.message and "CRC checksum" in event.message
+    [succeeded] = [e for e in job_world.store.events("job") if e.type == "Succeeded"]
+    assert "1 task quarantined" in succeeded.message
+    # Exactly the rows the quarantine reports are missing: a run of that file's rows that holds
+    # the corrupted row group; everything else is trained once.
+    trained = job_world.trace_rows()
+    missing = sorted(set(range(job_world.rows)) - set(trained))
+    assert len(trained) == len(set(trained)) == job_world.rows - info["rows_missing"]
+    assert missing == list(range(missing[0], missing[0] + info["rows_missing"]))
+    assert 10_000 <= missing[0] <= 12_000 and 13_000 <= missing[-1] + 1 <= 15_000
 
 
 def test_killed_data_executor_is_restarted_and_its_tasks_re_leased(job_world: JobWorld) -> None:
@@ -264,3 +310,97 @@ def test_savepoint_suspend_and_resume(job_world: JobWorld) -> None:
 
 def r_executors(record: JobRecord) -> list[dict[str, Any]]:
     return list(record.status["executors"].values())
+
+
+def savepoint_states(record: JobRecord, ids: list[str]) -> list[str]:
+    return [record.status.get("savepoints", {}).get(i, {}).get("state", "absent") for i in ids]
+
+
+def test_concurrent_savepoints_are_all_done_by_the_next_checkpoint(job_world: JobWorld) -> None:
+    submit(job_world.job(**SLOW_DATA), store=job_world.store)
+    with running(job_world) as master:
+        with slowed(job_world, master) as before:
+            first_step = before.status["progress"]["trainer_step"]
+            url, auth = master.api.url, {"Authorization": f"Bearer {read_token('job')}"}
+
+            def ask(i: int) -> str:
+                body = {"id": f"sp-{i}"} if i % 2 else {}  # half named by the caller, half by the API
+                response = httpx.post(f"{url}/v1/savepoint", json=body, headers=auth, timeout=60)
+                assert response.status_code == 200, response.text
+                return str(response.json()["request"]["savepoint"])
+
+            with ThreadPoolExecutor(max_workers=50) as pool:
+                ids = list(pool.map(ask, range(200)))
+            assert len(set(ids)) == 200
+            record = until(job_world, lambda r: set(savepoint_states(r, ids)) == {"done"})
+        final = until(job_world, ended)
+    assert final.status["phase"] == "Succeeded", final.status["message"]
+    savepoints = record.status["savepoints"]
+    for sp in ids:
+        step = savepoints[sp]["step"]
+        assert step >= first_step  # a checkpoint taken after the request, never an older one
+        assert savepoints[sp]["checkpoint"] == f"ckpt-{step:012d}.pt"
+    checkpoints = {savepoints[sp]["checkpoint"] for sp in ids}
+    assert len(checkpoints) < len(ids) // 4, checkpoints  # one checkpoint answers many requests
+    acknowledged = [
+        i for e in job_world.store.events("job") if e.type == "SavepointDone" for i in e.data["ids"]
+    ]
+    assert sorted(acknowledged) == sorted(ids)  # each one once
+    assert "savepoints_done" not in final.status["progress"]["trainer_report"]
+    assert_exactly_once(job_world)
+
+
+def test_savepoints_reach_the_next_trainer_and_are_answered_when_the_job_stops(
+    job_world: JobWorld,
+) -> None:
+    submit(job_world.job(**SLOW_DATA), store=job_world.store)
+    with running(job_world) as master:
+        with slowed(job_world, master):
+            master.request({"suspend": True})
+            until(job_world, lambda r: r.status["phase"] == "Suspended")
+        # No trainer runs: the request waits for the next one, whichever incarnation it is.
+        master.request({"savepoint": "while-suspended"})
+        record = until(job_world, lambda r: "while-suspended" in r.status["savepoints"])
+        assert record.status["savepoints"]["while-suspended"]["state"] == "requested"
+        master.request({"suspend": False})
+        record = until(job_world, lambda r: savepoint_states(r, ["while-suspended"]) == ["done"])
+        assert executor(record, "trainer-0")["incarnation"] == 1
+        master.request({"suspend": True})
+        until(job_world, lambda r: r.status["phase"] == "Suspended")
+        master.request({"savepoint": "never-covered"})
+        until(job_world, lambda r: "never-covered" in r.status["savepoints"])
+        master.request({"stop": True})
+        record = until(job_world, ended)
+    assert record.status["phase"] == "Stopped"
+    never = record.status["savepoints"]["never-covered"]
+    assert never["state"] == "failed" and "Stopped" in never["reason"]
+    assert record.status["savepoints"]["while-suspended"]["state"] == "done"
+
+
+def test_the_final_status_holds_the_trainers_final_figures_and_answers_late_savepoints(
+    job_world: JobWorld,
+) -> None:
+    submit(job_world.job(), store=job_world.store)
+    asked: list[str] = []
+
+    def on_status(status: dict[str, Any]) -> None:
+        # Asked after the trainer has finished and the job has succeeded, before the master closes.
+        if status["phase"] == "Succeeded" and not asked:
+            asked.append("late")
+            master.request({"savepoint": "late"})
+
+    master = Master("job", job_world.store, tick_s=0.2, on_status=on_status)
+    assert master.run() == "Succeeded"
+    record = job_world.store.get("job")
+    progress = record.status["progress"]
+    steps = job_world.rows // 20  # batch_size 20
+    assert (progress["trainer_step"], progress["trainer_rows"]) == (steps, job_world.rows)
+    assert progress["trainer_report"]["final"] is True
+    assert progress["trainer_metrics"]["steps"] == steps
+    assert record.status["savepoints"]["late"] == {
+        "state": "done",
+        "step": steps,
+        "checkpoint": f"ckpt-{steps:012d}.pt",
+    }
+    checkpoints = job_world.home / "jobs" / "job" / "train" / "checkpoints"
+    assert (checkpoints / f"ckpt-{steps:012d}.pt").exists()

@@ -66,6 +66,26 @@ def test_submit_polls_without_deferring_and_fails_with_the_jobs_error(job_world:
         )
 
 
+def test_a_success_with_quarantined_tasks_is_flagged_in_the_result_and_warned(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    op = PrimusSubmitJobOperator(task_id="train", job="unused.yaml")
+    quarantine = [{"file": "/lake/a.parquet", "rows": [0, 500], "error": "CorruptFileError: CRC"}]
+    event = {
+        "status": "success",
+        "job": "j",
+        "phase": "Succeeded",
+        "message": "Succeeded with 1 task quarantined",
+        "progress": {"tasks_quarantined": 1, "quarantine": quarantine},
+    }
+    result = op.execute_complete(context(), event)
+    assert result["phase"] == "Succeeded" and result["tasks_quarantined"] == 1
+    log = capsys.readouterr().out  # the task log (Airflow's structlog writes it to stdout)
+    assert "warning" in log and "/lake/a.parquet rows 0..500: CorruptFileError: CRC" in log
+    clean = op.execute_complete(context(), {**event, "progress": {"tasks_quarantined": 0}})
+    assert clean["tasks_quarantined"] == 0
+
+
 def test_scale_operator_asks_the_running_job(job_world: JobWorld) -> None:
     roles = {"data": {"replicas": {"min": 1, "max": 3}}, "trainer": {}}
     PrimusHook().submit_job(job_world.job(follow=True, roles=roles), start=False)

@@ -283,6 +283,41 @@ def test_the_job_page_shows_executors_scaling_data_and_training(client: TestClie
     assert "1 point so far" in training
 
 
+def test_the_job_page_lists_quarantined_tasks_with_file_rows_and_error(
+    client: TestClient, store: SqliteJobStore
+) -> None:
+    assert "Quarantined tasks" not in client.get("/jobs/movielens").text  # none: no table
+
+    def quarantined(record: Any) -> dict[str, Any]:
+        status = copy.deepcopy(record.status)
+        status["phase"], status["message"] = "Succeeded", "Succeeded with 1 task quarantined"
+        status["progress"]["tasks_quarantined"] = 1
+        status["progress"]["rows_without_label"] = 172
+        status["progress"]["quarantine"] = [
+            {
+                "task": "history-0123456789abcdef",
+                "source": "history",
+                "file": f"/lake/2026-11-02/part-0.parquet{XSS}",
+                "files": ["/lake/2026-11-02/part-0.parquet"],
+                "rows": [2000, 4000],
+                "rows_missing": 2000,
+                "error": "CorruptFileError: cannot read /lake/2026-11-02/part-0.parquet: CRC checksum",
+            }
+        ]
+        return status
+
+    modify(store, "movielens", quarantined, part="status")
+    page = client.get("/jobs/movielens").text
+    assert "Succeeded with 1 task quarantined" in page
+    data = page.split("<h2>Data progress</h2>")[1].split("<h2>Training</h2>")[0]
+    assert "30 of 48 tasks done, 1 quarantined" in data and "172 rows left out for having no label" in data
+    table = data.split("<h3>Quarantined tasks</h3>")[1]
+    assert "<code>history-0123456789abcdef</code></td><td>history</td>" in table
+    assert "<td class='num'>2000..4000</td><td class='num'>2,000</td>" in table
+    assert "CorruptFileError: cannot read /lake/2026-11-02/part-0.parquet: CRC checksum" in table
+    assert XSS not in page  # the file name is escaped like everything else
+
+
 def test_the_charts_grow_with_each_new_status(client: TestClient, store: SqliteJobStore) -> None:
     client.get("/jobs/movielens")
     assert "1 point so far" in client.get("/jobs/movielens").text  # same status: no new point

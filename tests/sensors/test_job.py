@@ -34,7 +34,35 @@ def test_poke_follows_the_phase(store: SqliteJobStore) -> None:
     set_status(store, phase="Succeeded", message="the trainer finished")
     done = op.poke({})
     assert done.is_done
-    assert done.xcom_value == {"job": "train", "phase": "Succeeded", "message": "the trainer finished"}
+    assert done.xcom_value == {
+        "job": "train",
+        "phase": "Succeeded",
+        "message": "the trainer finished",
+        "tasks_quarantined": 0,
+    }
+
+
+def test_success_with_quarantined_tasks_is_flagged_and_warned(
+    store: SqliteJobStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    quarantine = [
+        {
+            "task": "history-1",
+            "source": "history",
+            "file": "/lake/2026-05-01/02/part-0.parquet",
+            "rows": [2000, 4000],
+            "error": "CorruptFileError: CRC checksum verification failed",
+        }
+    ]
+    progress = {"tasks_quarantined": 1, "quarantine": quarantine}
+    set_status(store, phase="Succeeded", message="Succeeded with 1 task quarantined", progress=progress)
+    done = PrimusJobSensor(task_id="wait", job="train").poke({})
+    assert done.is_done and done.xcom_value["tasks_quarantined"] == 1
+    assert done.xcom_value["message"] == "Succeeded with 1 task quarantined"
+    warning = capsys.readouterr().out  # the task log (Airflow's structlog writes it to stdout)
+    assert "warning" in warning
+    assert "1 data task quarantined" in warning
+    assert "/lake/2026-05-01/02/part-0.parquet rows 2000..4000: CorruptFileError: CRC" in warning
 
 
 @pytest.mark.parametrize("phase", ["Failed", "Stopped"])
@@ -48,7 +76,7 @@ def test_waiting_for_running(store: SqliteJobStore) -> None:
     op = PrimusJobSensor(task_id="wait", job="train", target_phases=("Running",), timeout=5)
     set_status(store, phase="Running")
     # deferrable, but "Running" is not an end the trigger reports: it pokes (and finds it at once)
-    assert op.execute({}) == {"job": "train", "phase": "Running", "message": ""}
+    assert op.execute({}) == {"job": "train", "phase": "Running", "message": "", "tasks_quarantined": 0}
     set_status(store, phase="Succeeded")
     with pytest.raises(AirflowException, match="ended Succeeded without reaching Running"):
         op.poke({})

@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_primus.master.kube_store import KubeJobStore
 from airflow_provider_primus.spec.crd import CRD_NAME, crd, openapi_schema
 from airflow_provider_primus.spec.errors import SpecError
-from airflow_provider_primus.spec.job import validate_job_spec
+from airflow_provider_primus.spec.job import MAX_REPLICAS, validate_job_spec
 from tests.kube_env import KubeEnv
 
 Doc = dict[str, Any]
@@ -48,7 +48,7 @@ def test_the_schema_follows_the_models() -> None:
     spec = openapi_schema()["properties"]["spec"]
     assert spec["required"] == ["data"]
     replicas = spec["properties"]["roles"]["properties"]["data"]["properties"]["replicas"]
-    assert replicas["properties"]["min"] == {"minimum": 0, "type": "integer"}
+    assert replicas["properties"]["min"] == {"minimum": 0, "maximum": MAX_REPLICAS, "type": "integer"}
     backend = spec["properties"]["backend"]["properties"]
     assert backend["type"]["enum"] == ["local", "kubernetes"]
     assert backend["kubernetes"]["properties"]["on_resize_refused"]["enum"] == ["keep", "recreate"]

@@ -280,11 +280,45 @@ def test_template_needs_a_day_level_placeholder(doc: Doc) -> None:
     assert "needs a day-level placeholder" in message
 
 
+@pytest.mark.parametrize(
+    "template", ["../../../{date}/{hour}", "{date}/../../{hour}", "{date}/{hour}/..", "..\\{date}/{hour}"]
+)
+def test_template_must_stay_inside_its_uri(doc: Doc, template: str) -> None:
+    files(doc)["path_template"] = template
+    path, message = only_issue(doc)
+    assert path == "spec.sources[0].path_template"
+    assert "must stay inside uri" in message
+
+
+def test_template_may_use_dots_inside_names(doc: Doc) -> None:
+    files(doc)["path_template"] = "v1..2/{date}.d/{hour}..x"
+    source = load_data_spec(doc).spec.sources[0]
+    assert isinstance(source, FileSource)
+    assert source.render_path(datetime(2026, 1, 2, 3, tzinfo=UTC)) == "v1..2/2026-01-02.d/03..x"
+
+
 def test_label_is_required(doc: Doc) -> None:
     del files(doc)["schema"]["label"]
     path, message = only_issue(doc)
     assert path == "spec.sources[0].schema.label"
     assert "required" in message
+
+
+def test_missing_label_policy(doc: Doc) -> None:
+    spec = load_data_spec(doc).spec
+    assert spec.sources[0].schema_.missing_label == "drop"  # the default: leave out and count
+    files(doc)["schema"]["missing_label"] = "fail"
+    assert load_data_spec(doc).spec.sources[0].schema_.missing_label == "fail"
+    files(doc)["schema"]["missing_label"] = "zero"
+    path, message = only_issue(doc)
+    assert path == "spec.sources[0].schema.missing_label" and "'drop'" in message and "'fail'" in message
+
+
+def test_a_stream_never_fails_on_a_missing_label(doc: Doc) -> None:
+    kafka(doc)["schema"]["missing_label"] = "fail"
+    path, message = only_issue(doc)
+    assert path == "spec.sources[1].schema.missing_label"
+    assert "files sources only" in message and "dead-letters" in message
 
 
 def test_label_takes_column_or_rule_not_both(doc: Doc) -> None:

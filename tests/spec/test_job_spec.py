@@ -10,7 +10,13 @@ import pytest
 
 from airflow_provider_primus.master.jobs import load_job
 from airflow_provider_primus.spec.errors import SpecError
-from airflow_provider_primus.spec.job import PrimusJob, parse_cpu, parse_memory, validate_job_spec
+from airflow_provider_primus.spec.job import (
+    MAX_REPLICAS,
+    PrimusJob,
+    parse_cpu,
+    parse_memory,
+    validate_job_spec,
+)
 from airflow_provider_primus.spec.loader import read_document
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
@@ -237,6 +243,28 @@ def test_max_below_initial_is_named() -> None:
 def test_max_below_min_is_named() -> None:
     found = issues(job(**data_role(replicas={"min": 4, "max": 2})))
     assert found == {"spec.roles.data.replicas.max": "must be at least min and initial (4), got 2"}
+
+
+@pytest.mark.parametrize(
+    ("replicas", "field", "message"),
+    [
+        ({"max": 10**30}, "max", f"must be at most {MAX_REPLICAS}"),
+        ({"max": MAX_REPLICAS + 1}, "max", f"must be at most {MAX_REPLICAS}"),
+        ({"min": 1, "initial": 20_000}, "initial", f"must be at most {MAX_REPLICAS}"),
+        ({"min": 50_000}, "min", f"must be at most {MAX_REPLICAS}"),
+        ({"max": 1e30}, "max", "must be an integer"),
+        ({"max": 4.0}, "max", "must be an integer"),
+        ({"max": "1e30"}, "max", "must be an integer"),
+    ],
+)
+def test_replica_counts_are_bounded_integers(replicas: Doc, field: str, message: str) -> None:
+    path, found = only_issue(job(**data_role(replicas=replicas)))
+    assert (path, found) == (f"spec.roles.data.replicas.{field}", message)
+
+
+def test_replica_counts_up_to_the_bound_pass() -> None:
+    replicas = validate_job_spec(job(**data_role(replicas={"max": MAX_REPLICAS}))).spec.roles.data.replicas
+    assert replicas.top == MAX_REPLICAS
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -263,3 +264,79 @@ def test_holdout_window_is_evaluated_at_the_end_and_a_snapshot_is_published(
     assert set(snapshot.load_state()) == set(
         Trainer(data, training, TrainOptions(workdir=tmp_path / "x")).model.state_dict()
     )
+
+
+def test_savepoints_are_acknowledged_cumulatively_one_checkpoint_for_many(tmp_path: Path) -> None:
+    """A job's trainer against a real dispatcher service: every savepoint waiting when it checkpoints
+    is covered by that one checkpoint; its reports repeat the newest SAVEPOINTS_REPORTED ids (so a
+    lost report costs nothing) and no more; a re-sent id already covered costs no checkpoint."""
+    from datetime import timedelta
+
+    from airflow_provider_primus.data.service.dispatcher import Dispatcher
+    from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
+    from airflow_provider_primus.training.mixer import MixPolicy, SourcePolicy
+    from airflow_provider_primus.training.runtime import SAVEPOINTS_REPORTED
+    from tests.training.conftest import T0, history_source
+
+    data = load_data_spec(
+        {
+            "apiVersion": "primus.dev/v1alpha1",
+            "kind": "PrimusData",
+            "metadata": {"name": "history"},
+            "spec": {
+                "window": {"start": T0.isoformat(), "end": (T0 + timedelta(hours=1)).isoformat()},
+                "sources": [history_source(tmp_path)],
+            },
+        }
+    )
+    training = load_training_spec(
+        {
+            "apiVersion": "primus.dev/v1alpha1",
+            "kind": "PrimusTraining",
+            "metadata": {"name": "t"},
+            "spec": {"mode": "batch", "batch_size": 20},
+        }
+    )
+    server = DispatcherServer(Dispatcher([], []), "token").start()
+    options = TrainOptions(workdir=tmp_path / "w", dispatcher=server.location, token="token")
+    trainer = Trainer(data, training, options)
+    policy = MixPolicy([SourcePolicy("history", 1.0)], batch_size=20, window_steps=10, max_stream_share=0.5)
+    assert trainer.reporter is not None
+    reporter = trainer.reporter
+
+    def deliver(ids: list[str]) -> None:
+        for sp in ids:
+            server.send_command("trainer-0", {"type": "savepoint", "id": sp})
+        want = reporter.commands.qsize() + len(ids)
+        deadline = time.monotonic() + 30
+        reporter.report()  # its own thread may be the one that picks them up: wait for them
+        while reporter.commands.qsize() < want:
+            assert time.monotonic() < deadline, "the commands never reached the trainer"
+            time.sleep(0.01)
+
+    def acknowledged() -> list[dict[str, Any]]:
+        groups: list[dict[str, Any]] = server.take_reports()["trainer-0"][1]["savepoints_done"]
+        return groups
+
+    try:
+        burst = [f"a{i}" for i in range(SAVEPOINTS_REPORTED + 500)]
+        deliver(burst)
+        trainer._between_steps(policy)
+        assert trainer.checkpoints.steps() == [0]
+        (group,) = acknowledged()
+        assert (group["checkpoint"], group["step"]) == ("ckpt-000000000000.pt", 0)
+        assert group["ids"] == burst[-SAVEPOINTS_REPORTED:]  # the newest, within the bound
+        trainer.step = 7
+        # The master re-sends what it did not see acknowledged (a0); a1499 is covered already.
+        deliver(["a0", "b", burst[-1]])
+        trainer._between_steps(policy)
+        assert trainer.checkpoints.steps() == [0, 7]
+        groups = acknowledged()
+        assert [(g["step"], len(g["ids"])) for g in groups] == [(0, SAVEPOINTS_REPORTED - 2), (7, 2)]
+        assert groups[1]["ids"] == ["a0", "b"]
+        deliver([burst[-1]])
+        trainer._between_steps(policy)
+        assert trainer.checkpoints.steps() == [0, 7]  # nothing new to cover: no checkpoint
+    finally:
+        trainer.close()
+        server.stop()

@@ -9,6 +9,11 @@ Model (after a reconcile loop: one owner of the state, every call idempotent):
   acknowledged) goes back to the queue from its acknowledged position.
 * A task's failure (corrupt file, schema mismatch) is retried up to ``max_attempts`` leases, then
   quarantined with its errors; the job fails only when quarantined tasks exceed ``max_failed_share``.
+  A quarantined task's rows are missing from training, so its source, file(s), the rows not
+  delivered and the last error are kept and shown (``status()["quarantine"]``), never only counted.
+* Rows an executor leaves out for having no label (``missing_label: drop``) are reported with the
+  item's release: they count as accounted for (the task can finish) and per task as
+  ``rows_without_label``. Kept as row ranges, so a re-read after a retry or restart counts once.
 * An idle executor with nothing to lease splits the largest remaining range of a straggler: the
   straggler learns its shorter end at its next heartbeat.
 * With time-ordering barriers, an item is leased only when every group before its group is done.
@@ -100,6 +105,8 @@ class Dispatcher:
         self.items: dict[str, WorkItem] = {}
         self.errors: dict[str, list[str]] = {}
         self.quarantined: set[str] = set()
+        self.quarantine_info: dict[str, dict[str, Any]] = {}  # task -> source, file(s), error
+        self.unlabelled: dict[str, IntervalSet] = {}  # task -> rows left out for having no label
         self.executors: dict[str, ExecutorInfo] = {}
         self._group_open: dict[str, int] = {}
         self._task_done: set[str] = set()
@@ -140,7 +147,7 @@ class Dispatcher:
         be served again. Executors of the old instance re-register and lease afresh."""
         with self._lock:
             edges = [(a, b) for b, befores in self._before.items() for a in befores]
-            return Dispatcher(
+            fresh = Dispatcher(
                 list(self.tasks.values()),
                 edges,
                 progress=progress,
@@ -152,6 +159,11 @@ class Dispatcher:
                 sealed=self.sealed,
                 clock=self.clock,
             )
+            # Rows without a label were never served: no checkpoint has them, none needs them again.
+            for task_id, rows in self.unlabelled.items():
+                fresh.unlabelled[task_id] = IntervalSet(rows.ranges())
+                fresh._check_task_done(task_id)
+            return fresh
 
     def add_tasks(self, tasks: Iterable[Task], edges: Iterable[tuple[str, str]] = ()) -> int:
         """Grow the graph while it runs; returns how many tasks were new."""
@@ -203,9 +215,28 @@ class Dispatcher:
     def _item_end(self, item: WorkItem) -> int | None:
         return item.end if item.end is not None else self.total_rows.get(item.task.task_id)
 
+    def _uncovered(self, task_id: str, a: int, b: int) -> list[tuple[int, int]]:
+        """The rows of [a, b) neither acknowledged nor left out for having no label."""
+        gaps = self.acked[task_id].missing(a, b)
+        skipped = self.unlabelled.get(task_id)
+        if skipped is None or not gaps:
+            return gaps
+        return [g for x, y in gaps for g in skipped.missing(x, y)]
+
+    def _first_open(self, task_id: str, a: int) -> int:
+        """The first row >= a neither acknowledged nor left out for having no label."""
+        acked, skipped = self.acked[task_id], self.unlabelled.get(task_id)
+        while True:
+            b = acked.first_gap(a)
+            if skipped is not None:
+                b = skipped.first_gap(b)
+            if b == a:
+                return a
+            a = b
+
     def _item_complete(self, item: WorkItem) -> bool:
         end = self._item_end(item)
-        return end is not None and self.acked[item.task.task_id].covers(item.start, end)
+        return end is not None and not self._uncovered(item.task.task_id, item.start, end)
 
     def _check_task_done(self, task_id: str) -> None:
         if task_id in self._task_done:
@@ -287,7 +318,7 @@ class Dispatcher:
             self._set_state(item, LEASED, executor)
             item.attempts += 1
             item.epoch += 1
-            start = self.acked[item.task.task_id].first_gap(item.start)
+            start = self._first_open(item.task.task_id, item.start)
             return Lease(item.item_id, item.task, start, item.end, item.epoch)
 
     def _split_for(self, executor: str) -> WorkItem | None:
@@ -298,7 +329,7 @@ class Dispatcher:
             end = self._item_end(item)
             if end is None or item.executor == executor:
                 continue
-            pos = self.acked[item.task.task_id].first_gap(item.start)
+            pos = self._first_open(item.task.task_id, item.start)
             remaining = end - pos
             if remaining >= 2 * self.min_split_rows and (best is None or remaining > best[0]):
                 best = (remaining, item, pos)
@@ -310,19 +341,30 @@ class Dispatcher:
         item.end = mid
         return tail
 
-    def release(self, executor: str, item_id: str, total_rows: int | None = None) -> None:
-        """The executor has sent every row of the item; it now waits for acknowledgements."""
+    def release(
+        self,
+        executor: str,
+        item_id: str,
+        total_rows: int | None = None,
+        unlabelled: Iterable[tuple[int, int]] = (),
+    ) -> None:
+        """The executor has sent every row of the item; it now waits for acknowledgements.
+        ``unlabelled``: the item's rows it left out for having no label (task row ranges)."""
         with self._lock:
             item = self.items.get(item_id)
             if item is None or item.executor != executor or item.state != LEASED:
                 return
             if total_rows is not None and item.task.task_id not in self.total_rows:
                 self.total_rows[item.task.task_id] = total_rows
+            for a, b in unlabelled:
+                self.unlabelled.setdefault(item.task.task_id, IntervalSet()).add(a, b)
             self._set_state(item, SENT, executor)
             item.sent_at = self.clock()
             self._check_task_done(item.task.task_id)
 
-    def fail(self, executor: str, item_id: str, error: str) -> None:
+    def fail(self, executor: str, item_id: str, error: str, file: str | None = None) -> None:
+        """``file``: the file the error names, when the executor knows it (else the task's files
+        stand for it)."""
         with self._lock:
             item = self.items.get(item_id)
             if item is None or item.executor != executor:
@@ -333,6 +375,14 @@ class Dispatcher:
                 for other in self._by_task[task_id]:
                     self._set_state(other, QUARANTINED)
                 self.quarantined.add(task_id)
+                files = [s.path for s in item.task.slices]
+                self.quarantine_info[task_id] = {
+                    "source": item.task.source,
+                    "file": file or (files[0] if len(files) == 1 else None),
+                    "files": files,
+                    "error": error,
+                    "attempts": item.attempts,
+                }
                 self._close_task(task_id)
             else:
                 self._set_state(item, PENDING)
@@ -351,6 +401,32 @@ class Dispatcher:
     def _raise_if_failed(self) -> None:
         if self.tasks and len(self.quarantined) / len(self.tasks) > self.max_failed_share:
             raise JobFailed(self.failure_message())
+
+    def quarantine(self) -> dict[str, dict[str, Any]]:
+        """Each quarantined task: its source, the file the error names (else its only file), all its
+        files, ``rows`` [first, end) spanning the rows never delivered (end None when the task's
+        length is unknown), ``rows_missing`` (None likewise) and the last error."""
+        with self._lock:
+            out: dict[str, dict[str, Any]] = {}
+            for task_id in sorted(self.quarantined):
+                info = dict(
+                    self.quarantine_info.get(task_id) or {"error": self.errors.get(task_id, ["?"])[-1]}
+                )
+                total = self.total_rows.get(task_id)
+                if total is not None:
+                    gaps = self._uncovered(task_id, 0, total)
+                    info["rows"] = [gaps[0][0], gaps[-1][1]] if gaps else [total, total]
+                    info["rows_missing"] = sum(b - a for a, b in gaps)
+                else:
+                    info["rows"] = [self._first_open(task_id, 0), None]
+                    info["rows_missing"] = None
+                out[task_id] = {"task": task_id, **info}
+            return out
+
+    def rows_without_label(self) -> dict[str, int]:
+        """Per task, the rows left out for having no label (only tasks that had some)."""
+        with self._lock:
+            return {t: s.total() for t, s in sorted(self.unlabelled.items()) if s.total()}
 
     def failure_message(self) -> str:
         lines = [
@@ -398,6 +474,8 @@ class Dispatcher:
                 "tasks": len(self.tasks),
                 "done": len(self._task_done) - len(self.quarantined),
                 "quarantined": {t: self.errors.get(t, []) for t in sorted(self.quarantined)},
+                "quarantine": self.quarantine(),
+                "rows_without_label": self.rows_without_label(),
                 "items": states,
                 "acked_rows": sum(s.total() for s in self.acked.values()),
                 "executors": {

@@ -82,10 +82,11 @@ class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
             else:
                 result = {"finished": d.finished()} if lease is None else _lease_to_dict(lease)
         elif kind == "release":
-            d.release(body["executor"], body["item_id"], body.get("total_rows"))
+            unlabelled = [(int(a), int(b)) for a, b in body.get("unlabelled") or ()]
+            d.release(body["executor"], body["item_id"], body.get("total_rows"), unlabelled)
             result = True
         elif kind == "fail":
-            d.fail(body["executor"], body["item_id"], body["error"])
+            d.fail(body["executor"], body["item_id"], body["error"], file=body.get("file"))
             result = True
         elif kind == "ack":
             for task_id, ranges in body["acks"].items():
@@ -158,11 +159,20 @@ class DispatcherClient:
             result["task"] = task_from_dict(result["task"])
         return result
 
-    def release(self, executor: str, item_id: str, total_rows: int | None) -> None:
-        self._call("release", {"executor": executor, "item_id": item_id, "total_rows": total_rows})
+    def release(
+        self,
+        executor: str,
+        item_id: str,
+        total_rows: int | None,
+        unlabelled: list[tuple[int, int]] | None = None,
+    ) -> None:
+        """``unlabelled``: the item's rows left out for having no label, as task row ranges."""
+        body = {"executor": executor, "item_id": item_id, "total_rows": total_rows}
+        self._call("release", {**body, "unlabelled": unlabelled or []})
 
-    def fail(self, executor: str, item_id: str, error: str) -> None:
-        self._call("fail", {"executor": executor, "item_id": item_id, "error": error})
+    def fail(self, executor: str, item_id: str, error: str, file: str | None = None) -> None:
+        """``file``: the file the error is about, when the executor knows it."""
+        self._call("fail", {"executor": executor, "item_id": item_id, "error": error, "file": file})
 
     def ack(self, acks: dict[str, list[tuple[int, int]]]) -> None:
         self._call("ack", {"acks": acks})

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyarrow import flight
 
@@ -36,7 +37,7 @@ from airflow_provider_primus.data.service.auth import TokenAuthFactory, advertis
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.data.service.wire import dumps, loads
 from airflow_provider_primus.data.sources.files import open_filesystem
-from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMismatchError
+from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMismatchError, Transformed
 from airflow_provider_primus.process import StopRequested
 from airflow_provider_primus.resources.allotment import AllotmentWatcher
 
@@ -115,6 +116,9 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
             maxsize=max(1, -(-window * batch_rows // self.chunk_rows))
         )
         self._failed_items: set[str] = set()
+        # Per item, the task rows its transforms left out for having no label: reported with the
+        # item's release, so the dispatcher counts them and still sees every row accounted for.
+        self._unlabelled: dict[str, list[tuple[int, int]]] = {}
         self._front: collections.deque[tuple[Any, ...]] = collections.deque()
         self.ends: dict[str, int | None] = {}
         self.metrics = Metrics()
@@ -179,7 +183,10 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         self.metrics.failures += 1
         self.ends.pop(item_id, None)
         self._failed_items.add(item_id)
-        self.client.fail(self.name, item_id, f"{type(exc).__name__}: {exc}")
+        self._unlabelled.pop(item_id, None)
+        path = getattr(exc, "path", None)  # the file a read or schema error names, if one
+        file = path if isinstance(path, str) and not path.startswith("<") else None
+        self.client.fail(self.name, item_id, f"{type(exc).__name__}: {exc}", file=file)
 
     def _read_item(self, lease: dict[str, Any]) -> None:
         """Read the item's rows (decode only); the transform thread works on the previous batch
@@ -190,6 +197,8 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         source = self.spec.spec.source(task.source)
         transformer = self.transformers[source.name]
         fs, _ = open_filesystem(source.uri)
+        # What errors of the transforms name: the file, when the task reads one.
+        where = task.slices[0].path if len(task.slices) == 1 else f"<task {task.task_id}>"
         pos = start
         natural_end = True
         try:
@@ -216,7 +225,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                     batch = batch.slice(0, max(0, current_end - pos))
                     natural_end = False
                 if batch.num_rows:
-                    raw = (BATCH, item_id, task.task_id, pos, batch, transformer)
+                    raw = (BATCH, item_id, task.task_id, pos, batch, transformer, where)
                     if not self._put(self._raw, raw):
                         return
                     pos += batch.num_rows
@@ -240,11 +249,11 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                     continue
                 kind, item_id = entry[0], entry[1]
                 if kind == BATCH:
-                    _, item_id, task_id, pos, batch, transformer = entry
+                    _, item_id, task_id, pos, batch, transformer, where = entry
                     if item_id in self._failed_items:
                         continue
                     t0 = time.monotonic()
-                    done = pool.submit(self._transform, transformer, batch)
+                    done = pool.submit(self._transform, transformer, batch, where)
                     if not self._put(self.queue, (BATCH, item_id, task_id, pos, done)):
                         return
                     self.metrics.blocked_credit_s += time.monotonic() - t0
@@ -257,10 +266,10 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                     if kind == EOF:
                         return
 
-    def _transform(self, transformer: BatchTransformer, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def _transform(self, transformer: BatchTransformer, batch: pa.RecordBatch, where: str) -> Transformed:
         t0 = time.monotonic()
         try:
-            return transformer(batch)
+            return transformer.transform(batch, where)
         finally:
             self._add_busy(time.monotonic() - t0)
 
@@ -269,19 +278,33 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         with self._metrics_lock:
             self.metrics.blocked_storage_s += seconds
 
-    def _transformed(self, entry: tuple[Any, ...]) -> pa.RecordBatch | None:
-        """The chunk's transform result, or None when its item failed (now or before)."""
-        item_id, done = entry[1], entry[4]
+    def _transformed(self, entry: tuple[Any, ...]) -> list[tuple[int, pa.RecordBatch]] | None:
+        """The chunk's transform result as runs of consecutive task rows, each (first row, batch), or
+        None when its item failed (now or before). Rows left out for having no label split the
+        chunk into runs (a batch on the wire names one range of rows) and are noted for the
+        item's release."""
+        item_id, first_row, done = entry[1], entry[3], entry[4]
         if item_id in self._failed_items:
             return None
-        if isinstance(done, pa.RecordBatch):  # the unsent rest of a chunk, put back
+        if isinstance(done, list):  # the unsent rest of a chunk, put back
             return done
         try:
-            out: pa.RecordBatch = done.result()
+            out: Transformed = done.result()
         except (SchemaMismatchError, pa.ArrowException, ValueError) as exc:
             self._fail(item_id, exc)
             return None
-        return out
+        if not len(out.unlabelled):
+            return [(first_row, out.batch)]
+        skipped = _ranges(out.unlabelled)
+        self._unlabelled.setdefault(item_id, []).extend((first_row + a, first_row + b) for a, b in skipped)
+        runs: list[tuple[int, pa.RecordBatch]] = []
+        kept = pos = 0  # rows of the output used so far; input row reached
+        for a, b in [*skipped, (out.batch.num_rows + len(out.unlabelled), 0)]:
+            if a > pos:
+                runs.append((first_row + pos, out.batch.slice(kept, a - pos)))
+                kept += a - pos
+            pos = b
+        return runs
 
     # --- heartbeat -------------------------------------------------------------------------------
 
@@ -361,43 +384,51 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                 return False
             kind = entry[0]
             if kind == BATCH:
-                chunk = self._transformed(entry)
-                if chunk is None:
+                runs = self._transformed(entry)
+                if runs is None:
                     continue
-                _, item_id, task_id, first_row, _ = entry
-                for offset in range(0, chunk.num_rows, self.batch_rows):
-                    # Wait for a credit, but not past our own shutdown: a consumer that vanished
-                    # without its stream breaking would otherwise hold this call, and the server's
-                    # shutdown, for ever.
-                    while not credits.acquire(timeout=0.2):
+                _, item_id, task_id, _, _ = entry
+                for i, (first_row, chunk) in enumerate(runs):
+                    for offset in range(0, chunk.num_rows, self.batch_rows):
+                        # Wait for a credit, but not past our own shutdown: a consumer that vanished
+                        # without its stream breaking would otherwise hold this call, and the
+                        # server's shutdown, for ever.
+                        while not credits.acquire(timeout=0.2):
+                            if closed.is_set() or self.stopping.is_set():
+                                break
                         if closed.is_set() or self.stopping.is_set():
-                            break
-                    if closed.is_set() or self.stopping.is_set():
-                        # Not delivered: the next consumer gets the rest of the chunk.
-                        rest = (BATCH, item_id, task_id, first_row + offset, chunk.slice(offset))
-                        self._front.appendleft(rest)
-                        return False
-                    out = chunk.slice(offset, self.batch_rows)
-                    if not started:
-                        writer.begin(out.schema)
-                        started = True
-                    writer.write_with_metadata(
-                        out, dumps({"task": task_id, "start": first_row + offset, "rows": out.num_rows})
-                    )
-                    self.metrics.rows += out.num_rows
-                    self.metrics.bytes += out.nbytes
-                    self.metrics.batches_served += 1
+                            # Not delivered: the next consumer gets the rest of the chunk.
+                            rest = [(first_row + offset, chunk.slice(offset)), *runs[i + 1 :]]
+                            self._front.appendleft((BATCH, item_id, task_id, first_row + offset, rest))
+                            return False
+                        out = chunk.slice(offset, self.batch_rows)
+                        if not started:
+                            writer.begin(out.schema)
+                            started = True
+                        writer.write_with_metadata(
+                            out, dumps({"task": task_id, "start": first_row + offset, "rows": out.num_rows})
+                        )
+                        self.metrics.rows += out.num_rows
+                        self.metrics.bytes += out.nbytes
+                        self.metrics.batches_served += 1
             elif kind == END:
                 _, item_id, total = entry
                 if item_id in self._failed_items:
                     continue
                 self.ends.pop(item_id, None)
-                self.client.release(self.name, item_id, total)
+                self.client.release(self.name, item_id, total, self._unlabelled.pop(item_id, []))
             else:
                 if started:
                     writer.write_metadata(dumps({"eof": True, "error": entry[1]}))
                 self._front.appendleft(entry)  # every later consumer sees the end too
                 return True
+
+
+def _ranges(rows: np.ndarray[Any, np.dtype[np.int64]]) -> list[tuple[int, int]]:
+    """Ascending row numbers as half-open runs of consecutive ones."""
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    starts, ends = np.concatenate(([0], breaks)), np.concatenate((breaks, [len(rows)]))
+    return [(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, ends, strict=True)]
 
 
 def serve(args: Any, spec: Any, token: str) -> int:

@@ -8,7 +8,10 @@ actual group, offset and retention behaviour. Lifecycle guarantees:
 * an *attached* broker (tests) receives SIGTERM when its launching thread dies (PR_SET_PDEATHSIG), so
   a killed pytest never leaves a JVM behind; a *detached* one (``primus kafka up``) outlives the CLI
   and is found again through its state file;
-* stop sends SIGTERM to the broker's process group, waits for a clean shutdown, then SIGKILL.
+* stop sends SIGTERM to the broker's process group, waits for a clean shutdown, then SIGKILL;
+* the data survive a stop: started again on the same work dir, the broker keeps its cluster id,
+  topics and offsets (and its ports where they are free), so a consumer's checkpointed offsets still
+  name the same records. Only an empty directory is formatted; ``reset=True`` wipes it first.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from airflow_provider_primus.embedded.kafka.distribution import KafkaDistribution
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
@@ -144,6 +148,33 @@ def broker_answers(bootstrap_servers: str, timeout_s: float = 5.0) -> bool:
         admin.close()
 
 
+def _formatted_cluster_id(data_dir: Path) -> str | None:
+    """The cluster id a formatted KRaft log directory carries, None when it was never formatted."""
+    try:
+        text = (data_dir / "meta.properties").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "cluster.id" and value.strip():
+            return value.strip()
+    return None
+
+
+def _reuse(port: Any, avoid: int | None = None) -> int | None:
+    """``port`` when it is a port number this machine can bind now, else None."""
+    if not isinstance(port, int) or port == avoid:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the broker binds (Java sets SO_REUSEADDR): the old broker's TIME_WAIT pairs do not count.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return None
+    return port
+
+
 def _port_open(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
@@ -163,8 +194,12 @@ class EmbeddedKafka:
         heap: str = "512m",
         instance: str = "dev",
         extra_properties: dict[str, str] | None = None,
+        reset: bool = False,
     ) -> None:
+        """``reset`` deletes the work dir's log data before starting; without it a broker started
+        again on the same work dir keeps its topics and offsets (consumers resume where they were)."""
         self.dist = dist
+        self.reset = reset
         self.workdir = Path(workdir)
         self.requested_port = port
         self.detach = detach
@@ -177,6 +212,10 @@ class EmbeddedKafka:
     @property
     def state_file(self) -> Path:
         return self.workdir / "state.json"
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.workdir / "cluster.json"
 
     @property
     def log_file(self) -> Path:
@@ -221,13 +260,17 @@ class EmbeddedKafka:
         raise last_error
 
     def _start_once(self, timeout_s: float, started: float) -> BrokerState:
-        port = self.requested_port or free_port()
-        controller_port = free_port()
+        data_dir = self.workdir / "data"
+        if self.reset and data_dir.exists():
+            shutil.rmtree(data_dir)
+        self.reset = False  # a retry after a port race must not wipe what the first try formatted
+        previous = self._previous_cluster()
+        cluster_id = _formatted_cluster_id(data_dir)
+        # The same ports as last time where they are free: clients that knew the broker find it again.
+        port = self.requested_port or _reuse(previous.get("port")) or free_port()
+        controller_port = _reuse(previous.get("controller_port"), avoid=port) or free_port()
         while controller_port == port:
             controller_port = free_port()
-        data_dir = self.workdir / "data"
-        if data_dir.exists():
-            shutil.rmtree(data_dir)
         props_file = self.workdir / "server.properties"
         _write_properties(
             props_file,
@@ -238,16 +281,22 @@ class EmbeddedKafka:
         (self.workdir / "log4j2.properties").write_text(
             resources.files(__package__).joinpath("resources/log4j2.properties").read_text()
         )
-        cluster_id = new_cluster_id()
-        fmt = subprocess.run(
-            self._java_cmd("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props_file)),
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=timeout_s,
-        )
-        if fmt.returncode != 0:
-            raise BrokerError(f"formatting KRaft storage failed:\n{fmt.stdout}{fmt.stderr}")
+        if cluster_id is None:  # an empty (or new) data directory: the only case that formats
+            if data_dir.exists() and any(data_dir.iterdir()):
+                raise BrokerError(
+                    f"{data_dir} holds data but no meta.properties: not a Kafka log directory; "
+                    "move it away or start with reset"
+                )
+            cluster_id = new_cluster_id()
+            fmt = subprocess.run(
+                self._java_cmd("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props_file)),
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=timeout_s,
+            )
+            if fmt.returncode != 0:
+                raise BrokerError(f"formatting KRaft storage failed:\n{fmt.stdout}{fmt.stderr}")
 
         command = self._java_cmd("kafka.Kafka", str(props_file))
         with open(self.log_file, "ab") as log:
@@ -285,7 +334,18 @@ class EmbeddedKafka:
             startup_seconds=round(time.monotonic() - started, 2),
         )
         self.state_file.write_text(self.state.to_json())
+        self.cluster_file.write_text(
+            json.dumps({"cluster_id": cluster_id, "port": port, "controller_port": controller_port})
+        )
         return self.state
+
+    def _previous_cluster(self) -> dict[str, Any]:
+        """Ports and id of the broker that last ran on this work dir (kept across ``stop``)."""
+        try:
+            found: dict[str, Any] = json.loads(self.cluster_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.log_file.exists():

@@ -93,6 +93,49 @@ def test_retries_then_quarantine_under_threshold() -> None:
     assert d.status()["quarantined"] == {"bad": ["CorruptFileError: /bad", "CorruptFileError: /bad"]}
 
 
+def test_a_quarantined_task_keeps_its_source_file_rows_and_error() -> None:
+    d, _ = make(task("bad", rows=100), task("good"), max_attempts=2, max_failed_share=0.5)
+    lease = d.lease("e1")
+    assert lease is not None and lease.task.task_id == "bad"
+    d.ack("bad", [(0, 40)])  # rows before the broken page were delivered
+    d.fail("e1", lease.item_id, "CorruptFileError: cannot read /bad: checksum", file="/bad")
+    assert d.quarantine() == {}  # one more try
+    lease = d.lease("e1")
+    assert lease is not None and lease.start_row == 40
+    d.fail("e1", lease.item_id, "CorruptFileError: cannot read /bad: checksum again")  # file unknown
+    [(task_id, info)] = d.status()["quarantine"].items()
+    assert task_id == "bad"
+    assert info == {
+        "task": "bad",
+        "source": "s",
+        "file": "/bad",  # the task's only file stands for an error that names none
+        "files": ["/bad"],
+        "rows": [40, 100],
+        "rows_missing": 60,
+        "error": "CorruptFileError: cannot read /bad: checksum again",
+        "attempts": 2,
+    }
+
+
+def test_rows_without_a_label_count_as_accounted_for_once() -> None:
+    d, _ = make(task("a", rows=100))
+    lease = d.lease("e1")
+    assert lease is not None
+    d.ack("a", [(0, 10), (12, 50), (51, 100)])
+    assert not d.finished()
+    d.release("e1", lease.item_id, unlabelled=[(10, 12), (50, 51)])
+    assert d.finished()
+    assert d.status()["rows_without_label"] == {"a": 3}
+    assert d.progress() == {"a": [(0, 10), (12, 50), (51, 100)]}  # never acknowledged by a consumer
+    # A trainer restarted from a checkpoint: the rows without a label are not served again.
+    rewound = d.rewound({"a": [(0, 10)]})
+    rewound.register("e1", "x")
+    again = rewound.lease("e1")
+    assert again is not None and again.start_row == 12
+    rewound.ack("a", [(12, 50), (51, 100)])
+    assert rewound.finished() and rewound.rows_without_label() == {"a": 3}
+
+
 def test_job_fails_over_the_threshold() -> None:
     d, _ = make(task("bad"), task("good"), max_attempts=1, max_failed_share=0.0)
     lease = d.lease("e1")

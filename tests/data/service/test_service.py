@@ -213,6 +213,105 @@ def test_schema_mismatch_names_file_and_column(store: Store, token: str, executo
         server.stop()
 
 
+def test_a_corrupted_page_is_caught_by_its_checksum_and_quarantined_with_file_and_rows(
+    store: Store, token: str, executors
+) -> None:
+    """200 bytes flipped in a data page of a checksummed file: the task is quarantined, and its
+    quarantine names the source, the file, the rows never delivered and the checksum error."""
+    import pyarrow.parquet as pq
+
+    from tests.data.service.conftest import click_table
+
+    bad = store.root / "store" / T0.strftime("%Y-%m-%d") / "01" / "part-1.parquet"
+    first_id = 4 * 3000  # hour 01, file 1 (the store numbers rows file by file)
+    pq.write_table(click_table(first_id, 3000, seed=101), bad, row_group_size=500, write_page_checksum=True)
+    chunk = pq.ParquetFile(bad).metadata.row_group(4).column(0)  # row_id, rows 2000..2500 of the file
+    end = (chunk.dictionary_page_offset or chunk.data_page_offset) + chunk.total_compressed_size
+    middle = (chunk.data_page_offset + end) // 2  # of the chunk's data pages
+    assert end - chunk.data_page_offset > 400
+    data = bytearray(bad.read_bytes())
+    for i in range(middle - 100, middle + 100):
+        data[i] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    graph = store.graph()  # the footer is intact: the plan sees a good file
+    [task] = [
+        t
+        for t in graph.tasks
+        if any(s.path.endswith("01/part-1.parquet") and s.row_group_start == 3 for s in t.slices)
+    ]
+    server = start_dispatcher(graph, token, max_attempts=2, max_failed_share=0.5)
+    try:
+        executors.append(ExecutorProcess("e", server.location, store.spec_path, token))
+        ids = row_ids(loader_for(server.location, token))
+        status = DispatcherClient(server.location, token).status()
+    finally:
+        server.stop()
+    [(task_id, info)] = status["quarantine"].items()
+    assert task_id == task.task_id and info["source"] == "clicks"
+    assert info["file"].endswith("01/part-1.parquet") and info["files"] == [s.path for s in task.slices]
+    assert "CRC checksum" in info["error"] and info["attempts"] == 2
+    first, end = info["rows"]
+    assert end == 1500 and first <= 500 and info["rows_missing"] == end - first  # row group 4 is rows 500..
+    missing = set(range(first_id + 1500 + first, first_id + 1500 + end))
+    assert Counter(ids) == Counter(i for i in range(store.rows) if i not in missing)  # the rest, once
+
+
+def _with_unlabelled_file(store: Store, **schema: object) -> tuple[set[int], str]:
+    """A file whose rating (the label rule's input) is null on every 7th row; its row ids, missing ones."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    from tests.data.service.conftest import click_table
+
+    table = click_table(10**6, 1200, seed=7)
+    ratings = [None if i % 7 == 0 else r for i, r in enumerate(table.column("rating").to_pylist())]
+    table = table.set_column(table.schema.get_field_index("rating"), "rating", pa.array(ratings, pa.int64()))
+    path = store.root / "store" / T0.strftime("%Y-%m-%d") / "00" / "part-5.parquet"
+    pq.write_table(table, path, row_group_size=500)
+    doc = yaml.safe_load(store.spec_path.read_text())
+    doc["spec"]["sources"][0]["schema"].update(schema)
+    store.spec_path.write_text(yaml.safe_dump(doc))
+    return {10**6 + i for i in range(1200) if i % 7 == 0}, str(path)
+
+
+def test_rows_without_a_label_are_left_out_and_counted_per_task(store: Store, token: str, executors) -> None:
+    unlabelled, path = _with_unlabelled_file(store)
+    graph = store.graph()
+    [task] = [t for t in graph.tasks if any(s.path == path for s in t.slices)]
+    server = start_dispatcher(graph, token)
+    try:
+        executors.append(ExecutorProcess("e", server.location, store.spec_path, token))
+        ids = row_ids(loader_for(server.location, token))
+        assert server.dispatcher.finished()  # the rows left out do not hold their task open
+        status = DispatcherClient(server.location, token).status()
+    finally:
+        server.stop()
+    labelled = [*range(store.rows), *(10**6 + i for i in range(1200) if i % 7)]
+    assert Counter(ids) == Counter(labelled)
+    assert status["rows_without_label"] == {task.task_id: len(unlabelled)}
+    assert not status["quarantined"]
+
+
+def test_missing_label_fail_quarantines_the_task_naming_its_file(store: Store, token: str, executors) -> None:
+    _, path = _with_unlabelled_file(store, missing_label="fail")
+    graph = store.graph()
+    [task] = [t for t in graph.tasks if any(s.path == path for s in t.slices)]
+    server = start_dispatcher(graph, token, max_attempts=1, max_failed_share=0.5)
+    try:
+        executors.append(ExecutorProcess("e", server.location, store.spec_path, token))
+        ids = row_ids(loader_for(server.location, token))
+        status = DispatcherClient(server.location, token).status()
+    finally:
+        server.stop()
+    assert not [i for i in ids if i >= 10**6]  # the first batch already has a row without a label
+    assert Counter(ids) == Counter(range(store.rows))
+    info = status["quarantine"][task.task_id]
+    assert info["file"] == path and info["rows"] == [0, 1200] and info["rows_missing"] == 1200
+    assert info["error"].startswith(f"MissingLabelError: {path}: column 'rating': ")
+    assert "missing_label is 'fail'" in info["error"]
+
+
 def test_token_is_required(store: Store, token: str, executors) -> None:
     server = start_dispatcher(store.graph(), token)
     try:

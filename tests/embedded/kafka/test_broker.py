@@ -140,3 +140,43 @@ def test_broker_dies_with_a_killed_launcher(tmp_path: Path) -> None:
     with contextlib.suppress(psutil.NoSuchProcess):
         psutil.Process(jvm).wait(timeout=60)
     assert not pid_alive(jvm)
+
+
+def _end_offset(bootstrap: str, topic: str) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="primus-tests")
+    try:
+        tp = TopicPartition(topic, 0)
+        return int(consumer.end_offsets([tp])[tp])
+    finally:
+        consumer.close()
+
+
+def test_data_survive_down_and_up_and_reset_wipes_them(kafka_dist, tmp_path: Path) -> None:
+    """`primus kafka down` then `up` is a restart, not a new cluster: a checkpoint's offsets must still
+    name the same records. Only `--reset` starts from nothing."""
+    workdir = tmp_path / "kafka"
+    first = EmbeddedKafka(kafka_dist, workdir)
+    state = first.start()
+    producer = KafkaProducer(bootstrap_servers=state.bootstrap_servers)
+    for i in range(25):
+        producer.send("kept", json.dumps({"id": i}).encode())
+    producer.flush()
+    producer.close()
+    first.stop()
+
+    again = EmbeddedKafka(kafka_dist, workdir)
+    restarted = again.start()
+    try:
+        assert restarted.cluster_id == state.cluster_id
+        assert restarted.bootstrap_servers == state.bootstrap_servers  # the same port, free again
+        assert _end_offset(restarted.bootstrap_servers, "kept") == 25
+    finally:
+        again.stop()
+
+    wiped = EmbeddedKafka(kafka_dist, workdir, reset=True)
+    fresh = wiped.start()
+    try:
+        assert fresh.cluster_id != state.cluster_id
+        assert _end_offset(fresh.bootstrap_servers, "kept") == 0
+    finally:
+        wiped.stop()

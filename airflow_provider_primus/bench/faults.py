@@ -1,0 +1,369 @@
+"""``primus bench faults``: a mixed follow-mode job under injected faults, accounted row by row.
+
+Each trial builds its own world (a real broker on its own work dir, a click log's history as
+Parquet and its stream in Kafka), runs a PrimusJob (history + stream, following) under a master with
+local executors, and injects faults while it trains:
+
+* a broker outage in the middle of the history pass: the broker is stopped and started again on
+  the same port and data after ``outage_s`` (what ``primus kafka down`` / ``up`` does), or paused
+  (SIGSTOP, then SIGCONT: a hung broker whose connections stay open);
+* a kill: the trainer or a data executor is SIGKILLed once the stream trains, before the outage
+  (its restart is awaited).
+
+Stream records are produced in two halves, before the outage and right after the broker returns, so
+``recovery_s`` is the time from the broker's return to the first step that trained a record of the
+second half. The trainer's trace names every row of every step; a step re-trained after a restart
+counts once (the model kept its last version), so what the trace holds is what the model learned:
+``rows_lost`` and ``rows_duplicated`` compare it with the planned history and the produced stream.
+A trainer restart that no kill caused is a crash.
+
+The test suite runs single trials of this (tests/bench/test_bench_faults.py); the benchmark runs
+several seeded ones and prints the totals.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import random
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+from airflow_provider_primus.embedded.kafka import EmbeddedKafka, ensure_distribution
+from airflow_provider_primus.embedded.kafka.broker import free_port
+from airflow_provider_primus.gen import clicklog
+from airflow_provider_primus.master.jobs import TERMINAL, submit
+from airflow_provider_primus.master.master import Master
+from airflow_provider_primus.master.store import JobRecord, SqliteJobStore, modify
+
+JOB = "faults"
+KILLS = ("trainer", "data")
+
+
+@dataclass(frozen=True)
+class Trial:
+    seed: int
+    outage_s: float = 0.0  # 0: no outage
+    pause: bool = False  # the outage is SIGSTOP/SIGCONT of the broker instead of a stop and start
+    kill: str | None = None  # "trainer" | "data" | None
+    history_days: int = 2
+    rows_per_day: int = 12_000
+    stream_rows: int = 4_000
+
+
+@dataclass
+class TrialResult:
+    trial: Trial
+    history_rows: int = 0
+    stream_rows: int = 0
+    rows_trained: int = 0
+    rows_lost: int = 0
+    rows_duplicated: int = 0
+    trainer_crashes: int = 0
+    recovery_s: float | None = None
+    history_rows_during_outage: int = 0
+    history_left_at_outage: int = 0
+    stream_events: list[str] = field(default_factory=list)
+    phase: str = ""
+    elapsed_s: float = 0.0
+
+
+class TrialError(RuntimeError):
+    """The job did not get where the trial needs it to (the message says where it stopped)."""
+
+
+def _write_documents(root: Path, world: clicklog.World, bootstrap: str, topic: str) -> Path:
+    data_path = clicklog.write_data_spec(world, root, bootstrap_servers=bootstrap, topic=topic)
+    training = {
+        "apiVersion": "primus.dev/v1alpha1",
+        "kind": "PrimusTraining",
+        "metadata": {"name": "faults"},
+        "spec": {
+            "mode": "mixed",
+            "batch_size": 64,
+            "checkpoint": {"every_steps": 25, "every_s": 0.0},
+            "mixing": {"freshness": {"clock": "wall"}},
+        },
+    }
+    (root / "training.yaml").write_text(yaml.safe_dump(training))
+    job = {
+        "apiVersion": "primus.dev/v1alpha1",
+        "kind": "PrimusJob",
+        "metadata": {"name": JOB},
+        "spec": {
+            "data": str(data_path),
+            "training": str(root / "training.yaml"),
+            "follow": True,
+            "passthrough": ["sample_id"],
+            "data_service": {"batch_rows": 500, "window": 2},
+            "roles": {
+                "data": {"resources": {"cpu": "500m", "memory": "1Gi"}, "failover": {"max_restarts": 5}},
+                "trainer": {"resources": {"cpu": 1, "memory": "2Gi"}, "failover": {"max_restarts": 5}},
+            },
+            "scaling": {"enabled": False},
+        },
+    }
+    path = root / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+class _Trace:
+    """The job's trace, read incrementally: per step the last version of its rows and its time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self.steps: dict[int, tuple[float, list[list[Any]]]] = {}
+
+    def refresh(self) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, encoding="utf-8") as f:
+            f.seek(self._offset)
+            for line in f:
+                if not line.endswith("\n"):
+                    break  # a step still being written
+                self._offset += len(line.encode())
+                with contextlib.suppress(ValueError):
+                    entry = json.loads(line)
+                    self.steps[int(entry["step"])] = (float(entry.get("t", 0.0)), entry["rows"])
+
+    def ids(self, source: str | None = None) -> list[int]:
+        return [
+            int(r[3]) for _, rows in self.steps.values() for r in rows if source is None or r[0] == source
+        ]
+
+    def first_time(self, predicate: Callable[[list[Any]], bool], after: float) -> float | None:
+        times = [t for t, rows in self.steps.values() if t >= after and any(predicate(r) for r in rows)]
+        return min(times) if times else None
+
+
+def _produce(bootstrap: str, topic: str, messages: list[bytes]) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    try:
+        for m in messages:
+            producer.send(topic, m)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def _until(
+    store: SqliteJobStore, trace: _Trace, predicate: Callable[[JobRecord], bool], timeout_s: float, what: str
+) -> JobRecord:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        record = store.get(JOB)
+        trace.refresh()
+        if predicate(record):
+            return record
+        phase = record.status.get("phase")
+        if phase in TERMINAL:
+            raise TrialError(f"job ended ({phase}: {record.status.get('message')}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise TrialError(f"timed out after {timeout_s:.0f}s waiting for {what}; phase {phase}")
+        time.sleep(0.1)  # polling another process's trace and the store: nothing to block on
+
+
+def _pid(record: JobRecord, executor: str) -> int:
+    return int(record.status["executors"][executor]["handle"]["ref"]["pid"])
+
+
+@contextlib.contextmanager
+def _running_master(store: SqliteJobStore, home: Path) -> Iterator[Master]:
+    master = Master(JOB, store, home=home, tick_s=0.2)
+    thread = threading.Thread(target=master.run, name="primus-bench-master", daemon=True)
+    thread.start()
+    try:
+        yield master
+    finally:
+        if thread.is_alive():
+            master.request({"stop": True})
+        thread.join(timeout=90)
+
+
+def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialResult:
+    """One job under the trial's faults; the result accounts for every row."""
+    started = time.monotonic()
+    root.mkdir(parents=True, exist_ok=True)
+    world = clicklog.World.from_defaults(
+        seed=trial.seed,
+        history_days=trial.history_days,
+        stream_days=1,
+        rows_per_day=trial.rows_per_day,
+        users=2000,
+        items=500,
+    )
+    paths = clicklog.write_history(world, root)
+    history_ids = pq.read_table(paths, columns=["sample_id"]).column("sample_id").to_pylist()
+    stream = next(clicklog.iter_stream(world)).slice(0, trial.stream_rows)
+    messages = clicklog.encode_events(stream)
+    stream_ids = stream.column("sample_id").to_pylist()
+    half = len(messages) // 2
+    result = TrialResult(trial, history_rows=len(history_ids), stream_rows=len(stream_ids))
+    kafka = EmbeddedKafka(
+        ensure_distribution(), root / "kafka", port=free_port(), instance=f"faults-{os.getpid()}"
+    )
+    state = kafka.start()
+    store = SqliteJobStore(root / "home" / "jobs.sqlite")
+    try:
+        topic = "clicks"
+        clicklog.ensure_topic(state.bootstrap_servers, topic)
+        job_path = _write_documents(root, world, state.bootstrap_servers, topic)
+        _produce(state.bootstrap_servers, topic, messages[:half])
+        submit(job_path, store=store, home=root / "home")
+        trace = _Trace(root / "home" / "jobs" / JOB / "trace.jsonl")
+        second_half = set(stream_ids[half:])
+        with _running_master(store, root / "home") as master:
+            # Faults start once the stream trains and history is under way, mid-pass: first the kill
+            # (its restart observed, and training going on), then the outage.
+            record = _until(
+                store, trace, lambda r: len(trace.ids("events")) > 0, timeout_s, "the stream to train"
+            )
+            if trial.kill is not None:
+                victim = "trainer-0" if trial.kill == "trainer" else "data-0"
+                os.kill(_pid(record, victim), signal.SIGKILL)
+                steps = len(trace.steps)
+                _until(
+                    store,
+                    trace,
+                    lambda r: (
+                        r.status["executors"][victim]["incarnation"] >= 1 and len(trace.steps) > steps + 5
+                    ),
+                    timeout_s,
+                    f"{victim} to be restarted",
+                )
+            if trial.outage_s > 0:
+                # A quarter core for the trainer while the broker is away: the history pass then
+                # outlasts any outage, so "history keeps training" is observed, not assumed.
+                master.request({"resize": {"trainer-0": {"cpu": 0.25}}})
+                result.history_left_at_outage = len(history_ids) - len(set(trace.ids("history")))
+                down = time.time()
+                if trial.pause:  # a hung broker: connections stay open, nothing answers
+                    os.kill(state.pid, signal.SIGSTOP)
+                    time.sleep(trial.outage_s)  # the outage itself: wall time is what is injected
+                    os.kill(state.pid, signal.SIGCONT)
+                else:  # `primus kafka down`, then `up` on the same port and data
+                    kafka.stop()
+                    time.sleep(trial.outage_s)
+                    port = int(state.bootstrap_servers.rsplit(":", 1)[1])
+                    kafka = EmbeddedKafka(ensure_distribution(), root / "kafka", port=port)
+                    kafka.start()
+                up = time.time()
+                master.request({"resize": {"trainer-0": {"cpu": 1.0}}})
+                trace.refresh()
+                result.history_rows_during_outage = sum(
+                    1
+                    for t, rows in trace.steps.values()
+                    if down <= t <= up
+                    for r in rows
+                    if r[0] == "history"
+                )
+            else:
+                up = time.time()
+            _produce(state.bootstrap_servers, topic, messages[half:])
+            record = _until(
+                store,
+                trace,
+                lambda r: (
+                    trace.first_time(lambda row: row[0] == "events" and int(row[3]) in second_half, up)
+                    is not None
+                ),
+                timeout_s,
+                "the stream to train again",
+            )
+            at = trace.first_time(lambda row: row[0] == "events" and int(row[3]) in second_half, up)
+            result.recovery_s = round(at - up, 3) if at is not None else None
+            wanted = collections.Counter(history_ids) + collections.Counter(stream_ids)
+
+            def complete(r: JobRecord) -> bool:
+                if not set(trace.ids()) >= set(wanted):
+                    return False
+                # The recovery reaches the job's events with the trainer's next report.
+                return trial.outage_s == 0 or any(e.type == "StreamRecovered" for e in store.events(JOB))
+
+            _until(store, trace, complete, timeout_s, "every row to be trained")
+            master.request({"stop": True})
+            record = _until(store, trace, lambda r: r.status.get("phase") in TERMINAL, 90, "the job to stop")
+        trace.refresh()
+        trained = collections.Counter(trace.ids())
+        result.rows_trained = sum(trained.values())
+        result.rows_lost = sum((wanted - trained).values())
+        result.rows_duplicated = sum((trained - wanted).values())
+        result.phase = str(record.status.get("phase"))
+        restarts = int(record.status["executors"]["trainer-0"]["restarts"])
+        result.trainer_crashes = restarts - (1 if trial.kill == "trainer" else 0)
+        result.stream_events = [e.type for e in store.events(JOB) if e.type.startswith("Stream")]
+    finally:
+        with contextlib.suppress(Exception):
+            modify(store, JOB, lambda r: {**r.desired, "stop": True})
+        kafka.stop()
+        store.close()
+    result.elapsed_s = round(time.monotonic() - started, 2)
+    return result
+
+
+def trials_for(seeds: list[int], *, min_outage_s: float, max_outage_s: float) -> list[Trial]:
+    """One trial per seed: an outage of a seeded length in [min, max] seconds, then a seeded kill."""
+    out = []
+    for seed in seeds:
+        rng = random.Random(seed)
+        out.append(
+            Trial(
+                seed=seed,
+                outage_s=round(rng.uniform(min_outage_s, max_outage_s), 1),
+                pause=rng.random() < 0.5,
+                kill=rng.choice(KILLS),
+            )
+        )
+    return out
+
+
+def run(
+    *,
+    trials: int = 3,
+    seed: int = 0,
+    min_outage_s: float = 3.0,
+    max_outage_s: float = 15.0,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
+    plans = trials_for(list(range(seed, seed + trials)), min_outage_s=min_outage_s, max_outage_s=max_outage_s)
+    results = []
+    base = Path(tempfile.mkdtemp(prefix="primus-bench-faults-", dir=workdir))
+    for i, plan in enumerate(plans):
+        results.append(run_trial(plan, base / f"trial-{i}"))
+    recoveries = [r.recovery_s for r in results if r.recovery_s is not None]
+    return {
+        "trials": len(results),
+        "rows_lost": sum(r.rows_lost for r in results),
+        "rows_duplicated": sum(r.rows_duplicated for r in results),
+        "trainer_crashes": sum(r.trainer_crashes for r in results),
+        "recovery_s": max(recoveries) if recoveries else None,
+        "rows_trained": sum(r.rows_trained for r in results),
+        "outages_s": [r.trial.outage_s for r in results],
+        "outage_kinds": ["pause" if r.trial.pause else "restart" for r in results],
+        "kills": [r.trial.kill for r in results],
+        "history_rows_during_outage_min": min(r.history_rows_during_outage for r in results),
+        "phases": sorted({r.phase for r in results}),
+        "elapsed_s": round(sum(r.elapsed_s for r in results), 1),
+    }
+
+
+def describe(result: TrialResult) -> dict[str, Any]:
+    out = asdict(result)
+    out["trial"] = asdict(result.trial)
+    return out

@@ -1,0 +1,48 @@
+"""Broker outages and kills during a mixed follow-mode job, on a real broker stopped and started
+again on the same port: no trainer crash, history trains on while the stream is away, and what the
+model trained equals what was planned and produced, row for row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_primus.bench.faults import Trial, run_trial
+from airflow_provider_primus.cli.main import main
+
+pytestmark = pytest.mark.timeout(420)
+
+
+@pytest.mark.parametrize(
+    ("outage_s", "pause"), [(3.0, False), (15.0, False), (8.0, True)], ids=["stop-3s", "stop-15s", "pause-8s"]
+)
+def test_a_broker_outage_loses_nothing_and_history_trains_through_it(
+    tmp_path: Path, outage_s: float, pause: bool
+) -> None:
+    result = run_trial(Trial(seed=11, outage_s=outage_s, pause=pause), tmp_path)
+    assert result.rows_trained == result.history_rows + result.stream_rows
+    assert (result.rows_lost, result.rows_duplicated, result.trainer_crashes) == (0, 0, 0)
+    # The outage began with history left to train, and history went on while the broker was away.
+    assert result.history_left_at_outage > 0 and result.history_rows_during_outage > 0
+    assert result.stream_events[:2] == ["StreamUnavailable", "StreamRecovered"]
+    assert result.recovery_s is not None
+
+
+def test_bench_faults_prints_one_json_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["bench", "faults", "--trials", "1", "--seed", "3", "--min-outage-s", "2", "--max-outage-s", "2"]
+    assert main([*args, "--workdir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert (
+        result["trials"] == 1 and result["outages_s"] == [2.0] and result["kills"][0] in ("trainer", "data")
+    )
+    assert (result["rows_lost"], result["rows_duplicated"], result["trainer_crashes"]) == (0, 0, 0)
+    assert result["recovery_s"] is not None
+
+
+def test_bench_faults_refuses_an_inverted_outage_range(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "faults", "--min-outage-s", "5", "--max-outage-s", "1"]) == 2
+    assert "--min-outage-s" in capsys.readouterr().err

@@ -1,0 +1,181 @@
+"""A stream never skips records silently: a position the partition no longer holds, or offsets of a
+log that was replaced, are handled by the source's ``offset_reset`` policy with an event; a commit
+that the broker cannot take does not stop training. All against the real broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import KafkaAdminClient
+
+from airflow_provider_primus.spec.data import KafkaSource
+from airflow_provider_primus.training.stream import StreamOffsetLost, StreamSource
+from tests.training.conftest import SCHEMA, T0, events, to_json
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _source(bootstrap: str, topic: str, policy: str) -> KafkaSource:
+    return KafkaSource.model_validate(
+        {
+            "name": "events",
+            "type": "kafka",
+            "bootstrap_servers": bootstrap,
+            "topic": topic,
+            "event_time_field": "ts",
+            "start": {"policy": "earliest"},
+            "group_id": f"{topic}-g",
+            "offset_reset": policy,
+            "schema": SCHEMA,
+        }
+    )
+
+
+def _produce(bootstrap: str, topic: str, rows: int) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for message in to_json(events(0, rows, T0, seed=1)):
+        producer.send(topic, message)
+    producer.flush()
+    producer.close()
+
+
+def _drain(src: StreamSource, want: int) -> list[int]:
+    """Offsets of every row the source serves, until ``want`` rows or it has no more."""
+    got: list[int] = []
+    while len(got) < want and src.fill(want - len(got), timeout_s=20) > 0:
+        for batch in src.take(want - len(got)):
+            assert batch.positions is not None
+            got.extend(int(p) for p in batch.positions)
+    return got
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __call__(self, type_: str, message: str, data: dict[str, Any]) -> None:
+        self.seen.append((type_, message, data))
+
+    def of(self, type_: str) -> list[dict[str, Any]]:
+        return [d for t, _, d in self.seen if t == type_]
+
+
+def _topic_id(bootstrap: str, topic: str) -> str:
+    consumer: Any = KafkaConsumer(bootstrap_servers=bootstrap, client_id="primus-tests")
+    try:
+        consumer.partitions_for_topic(topic)
+        return str(consumer._client.cluster.topic_id(topic))
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def topic_of_100(kafka_broker: Any, new_topic: Callable[..., str]) -> tuple[str, str]:
+    topic = new_topic("reset")
+    _produce(kafka_broker.bootstrap_servers, topic, 100)
+    return kafka_broker.bootstrap_servers, topic
+
+
+def test_a_replaced_log_fails_by_default_with_a_clear_message(topic_of_100: tuple[str, str]) -> None:
+    bootstrap, topic = topic_of_100
+    old_log = {"cluster_id": None, "topic_id": "00000000-0000-0000-0000-000000000001"}
+    src = StreamSource(
+        _source(bootstrap, topic, "fail"), start_offsets={0: 40}, log_identity=old_log, bounded=True
+    )
+    try:
+        with pytest.raises(StreamOffsetLost) as caught:
+            src.fill(10, timeout_s=20)
+        message = str(caught.value)
+        assert "topic was recreated" in message and "offset_reset" in message and "40" in message
+        assert src.take(10) == []  # nothing served from the new log at the old position
+    finally:
+        src.close()
+
+
+@pytest.mark.parametrize(("policy", "first", "skipped"), [("earliest", 0, 0), ("latest", None, 100)])
+def test_a_replaced_log_resumes_by_policy_with_the_skip_recorded(
+    topic_of_100: tuple[str, str], policy: str, first: int | None, skipped: int
+) -> None:
+    bootstrap, topic = topic_of_100
+    seen = Events()
+    src = StreamSource(
+        _source(bootstrap, topic, policy),
+        start_offsets={0: 40},
+        log_identity={"topic_id": "00000000-0000-0000-0000-000000000001"},
+        bounded=True,
+        on_event=seen,
+    )
+    try:
+        offsets = _drain(src, 100)
+        assert offsets == ([] if first is None else list(range(first, 100)))
+        (reset,) = seen.of("StreamOffsetReset")
+        assert reset["skipped"] == skipped and reset["log_replaced"] and reset["offset"] == 40
+        state = src.checkpoint_state()
+        assert state["skipped_records"] == skipped
+        assert state["log"]["topic_id"] == _topic_id(bootstrap, topic)  # the new log from now on
+    finally:
+        src.close()
+
+
+def test_records_deleted_under_a_checkpoint_are_counted_when_resumed_from_earliest(
+    topic_of_100: tuple[str, str],
+) -> None:
+    bootstrap, topic = topic_of_100
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="primus-tests")
+    try:
+        admin.delete_records({TopicPartition(topic, 0): 60})  # retention passed the checkpoint
+    finally:
+        admin.close()
+    identity = {"topic_id": _topic_id(bootstrap, topic)}
+
+    strict = StreamSource(_source(bootstrap, topic, "fail"), start_offsets={0: 50}, log_identity=identity)
+    try:
+        with pytest.raises(StreamOffsetLost, match="records before it were deleted"):
+            strict.fill(10, timeout_s=20)
+    finally:
+        strict.close()
+
+    seen = Events()
+    src = StreamSource(
+        _source(bootstrap, topic, "earliest"),
+        start_offsets={0: 50},
+        log_identity=identity,
+        bounded=True,
+        on_event=seen,
+    )
+    try:
+        assert _drain(src, 100) == list(range(60, 100))
+        (reset,) = seen.of("StreamOffsetReset")
+        assert (reset["offset"], reset["resumed_at"], reset["skipped"]) == (50, 60, 10)
+        assert not reset["log_replaced"]
+    finally:
+        src.close()
+
+
+def test_the_checkpointed_position_of_the_same_log_resumes_exactly(topic_of_100: tuple[str, str]) -> None:
+    bootstrap, topic = topic_of_100
+    identity = {"topic_id": _topic_id(bootstrap, topic)}
+    seen = Events()
+    src = StreamSource(
+        _source(bootstrap, topic, "fail"),
+        start_offsets={0: 40},
+        log_identity=identity,
+        bounded=True,
+        on_event=seen,
+    )
+    try:
+        assert _drain(src, 100) == list(range(40, 100))
+        assert seen.of("StreamOffsetReset") == []
+        src.commit(src.trained_offsets())
+    finally:
+        src.close()  # the last commit is tried once on close
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=f"{topic}-g", client_id="primus-tests")
+    try:
+        assert consumer.committed(TopicPartition(topic, 0)) == 100
+    finally:
+        consumer.close()

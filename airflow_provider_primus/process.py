@@ -16,6 +16,17 @@ from typing import Any
 
 _GUARD = Path(__file__).with_name("_orphan_guard.py")
 
+# Where an executor records its exit code: a restarted master re-adopted it, so it is not the
+# process's parent and cannot wait() for the code. Set by the master, honoured by `primus`'s entry.
+EXIT_FILE_ENV = "PRIMUS_EXIT_FILE"
+# The `primus` command as a module, run by the interpreter that runs the master: executors get the
+# same installation whatever PATH says.
+PRIMUS_MODULE = "airflow_provider_primus.cli.main"
+
+
+def primus_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", PRIMUS_MODULE, *args]
+
 
 def tied_to_launcher(command: Sequence[str], sig: int = signal.SIGTERM) -> list[str]:
     """``command`` wrapped so Linux sends ``sig`` to it when the thread launching it dies.

@@ -31,6 +31,8 @@ os.environ.update(
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME / 'airflow.db'}",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        # As the demo deploys Airflow: operators and sensors defer unless a test says otherwise.
+        "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
         "PRIMUS_HOME": str(_SESSION_TMP / "primus-home"),
     }
 )
@@ -138,7 +140,7 @@ def kube_cluster(kube_binaries: KubeBinaries) -> Iterator[KubeCluster]:
 @pytest.fixture(scope="session")
 def kube_crd(kube_cluster: KubeCluster) -> KubeCluster:
     """The session cluster with the PrimusJob CRD installed (and established)."""
-    from airflow_provider_primus.resources.kube_client import KubeApi
+    from airflow_provider_primus.kubernetes.client import KubeApi
 
     install_crd(KubeApi(kube_cluster.api_client()))
     return kube_cluster
@@ -147,7 +149,7 @@ def kube_crd(kube_cluster: KubeCluster) -> KubeCluster:
 @pytest.fixture
 def kube(kube_crd: KubeCluster) -> KubeEnv:
     """A fresh namespace on the session cluster with the shipped RBAC bound to the test users."""
-    from airflow_provider_primus.resources.kube_client import KubeApi
+    from airflow_provider_primus.kubernetes.client import KubeApi
 
     return KubeEnv(kube_crd, new_namespace(kube_crd, KubeApi(kube_crd.api_client())))
 

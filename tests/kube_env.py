@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_primus.resources.kube_client import KubeApi
-from airflow_provider_primus.resources.kube_install import apply, wait_established
-from airflow_provider_primus.resources.kube_manifests import (
+from airflow_provider_primus.kubernetes.client import KubeApi
+from airflow_provider_primus.kubernetes.install import apply, wait_established
+from airflow_provider_primus.kubernetes.manifests import (
     CRD_READER,
     MASTER_ACCOUNT,
     MASTER_RULES,

@@ -175,7 +175,7 @@ def documents(root: Path, files: int, *, scaling: bool, window_s: float, cooldow
 
 
 def _collect(master: Master, into: list[Sample], seen: set[tuple[str, float]]) -> None:
-    for s in list(master.samples):
+    for s in list(master.telemetry.samples):
         if (s.executor, s.t) not in seen:
             seen.add((s.executor, s.t))
             into.append(s)

@@ -42,10 +42,13 @@ import yaml
 
 from airflow_provider_primus.embedded.kafka import EmbeddedKafka, ensure_distribution
 from airflow_provider_primus.embedded.kafka.broker import free_port
-from airflow_provider_primus.gen import clicklog
-from airflow_provider_primus.master.jobs import TERMINAL, submit
+from airflow_provider_primus.gen.clicklog import World
+from airflow_provider_primus.gen.events import encode_events, ensure_topic, iter_stream
+from airflow_provider_primus.gen.files import write_data_spec, write_history
+from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord, SqliteJobStore, modify
+from airflow_provider_primus.spec.status import TERMINAL
 
 JOB = "faults"
 KILLS = ("trainer", "data")
@@ -83,8 +86,8 @@ class TrialError(RuntimeError):
     """The job did not get where the trial needs it to (the message says where it stopped)."""
 
 
-def _write_documents(root: Path, world: clicklog.World, bootstrap: str, topic: str) -> Path:
-    data_path = clicklog.write_data_spec(world, root, bootstrap_servers=bootstrap, topic=topic)
+def _write_documents(root: Path, world: World, bootstrap: str, topic: str) -> Path:
+    data_path = write_data_spec(world, root, bootstrap_servers=bootstrap, topic=topic)
     training = {
         "apiVersion": "primus.dev/v1alpha1",
         "kind": "PrimusTraining",
@@ -200,7 +203,7 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
     """One job under the trial's faults; the result accounts for every row."""
     started = time.monotonic()
     root.mkdir(parents=True, exist_ok=True)
-    world = clicklog.World.from_defaults(
+    world = World.from_defaults(
         seed=trial.seed,
         history_days=trial.history_days,
         stream_days=1,
@@ -208,10 +211,10 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
         users=2000,
         items=500,
     )
-    paths = clicklog.write_history(world, root)
+    paths = write_history(world, root)
     history_ids = pq.read_table(paths, columns=["sample_id"]).column("sample_id").to_pylist()
-    stream = next(clicklog.iter_stream(world)).slice(0, trial.stream_rows)
-    messages = clicklog.encode_events(stream)
+    stream = next(iter_stream(world)).slice(0, trial.stream_rows)
+    messages = encode_events(stream)
     stream_ids = stream.column("sample_id").to_pylist()
     half = len(messages) // 2
     result = TrialResult(trial, history_rows=len(history_ids), stream_rows=len(stream_ids))
@@ -222,7 +225,7 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
     store = SqliteJobStore(root / "home" / "jobs.sqlite")
     try:
         topic = "clicks"
-        clicklog.ensure_topic(state.bootstrap_servers, topic)
+        ensure_topic(state.bootstrap_servers, topic)
         job_path = _write_documents(root, world, state.bootstrap_servers, topic)
         _produce(state.bootstrap_servers, topic, messages[:half])
         submit(job_path, store=store, home=root / "home")

@@ -31,9 +31,12 @@ from typing import Any
 import torch
 
 from airflow_provider_primus.data.tensors import TensorBatch
-from airflow_provider_primus.gen.clicklog import World, produce_stream, write_data_spec, write_history
+from airflow_provider_primus.gen.clicklog import World
+from airflow_provider_primus.gen.events import produce_stream
+from airflow_provider_primus.gen.files import write_data_spec, write_history
 from airflow_provider_primus.spec import load_data_spec
-from airflow_provider_primus.spec.data import KafkaSource, PrimusData
+from airflow_provider_primus.spec.data import PrimusData
+from airflow_provider_primus.spec.sources import KafkaSource
 from airflow_provider_primus.spec.training import PrimusTraining, validate_training_spec
 from airflow_provider_primus.training.feeds import MemoryFeed
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
@@ -131,10 +134,10 @@ def _from_memory(
     trainer = Trainer(data, training, TrainOptions(workdir=workdir / "memory", mode="mixed", resume=False))
     try:
         for parts in steps[:WARMUP_STEPS]:
-            trainer._train_step(parts)
+            trainer.updater.step(parts)
         started = time.perf_counter()
         for parts in steps[WARMUP_STEPS + 1 :]:
-            trainer._train_step(parts)
+            trainer.updater.step(parts)
         return (len(steps) - WARMUP_STEPS - 1) / (time.perf_counter() - started)
     finally:
         trainer.close()

@@ -33,12 +33,12 @@ import yaml
 from airflow_provider_primus.bench.autoscale import documents, write_logs
 from airflow_provider_primus.embedded.kube.binaries import ensure_binaries
 from airflow_provider_primus.embedded.kube.cluster import KubeCluster
+from airflow_provider_primus.kubernetes.client import KubeApi, resource_path
+from airflow_provider_primus.kubernetes.install import apply, wait_established
+from airflow_provider_primus.kubernetes.store import KubeJobStore
+from airflow_provider_primus.kubernetes.submission import kube_master
 from airflow_provider_primus.master.jobs import submit
-from airflow_provider_primus.master.kube_store import KubeJobStore
-from airflow_provider_primus.master.kubernetes import kube_master
 from airflow_provider_primus.master.master import Master
-from airflow_provider_primus.resources.kube_client import KubeApi, resource_path
-from airflow_provider_primus.resources.kube_install import apply, wait_established
 from airflow_provider_primus.spec.crd import API_VERSION, CRD_NAME, PLURAL, crd
 
 NAMESPACE = "bench"
@@ -75,7 +75,7 @@ def _wait(what: str, check: Callable[[], bool], timeout_s: float) -> float:
 
 
 def _running_data(master: Master) -> int:
-    return len(master._running("data"))
+    return len(master.executors.running("data"))
 
 
 def _pods_running(master: Master, want: int) -> bool:

@@ -74,13 +74,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.gen.clicklog import (
-        DEFAULT_BOOTSTRAP,
-        World,
-        produce_stream,
-        write_data_spec,
-        write_history,
-    )
+    from airflow_provider_primus.gen.clicklog import World
+    from airflow_provider_primus.gen.events import produce_stream
+    from airflow_provider_primus.gen.files import DEFAULT_BOOTSTRAP, write_data_spec, write_history
     from airflow_provider_primus.spec import SpecError
 
     overrides = {name: getattr(args, name) for name in WORLD_OPTIONS if getattr(args, name) is not None}

@@ -38,7 +38,7 @@ def _kube_args(args: argparse.Namespace) -> list[str]:
 
 
 def _kube_api(args: argparse.Namespace) -> Any:
-    from airflow_provider_primus.resources.kube_client import KubeApi, api_client_from
+    from airflow_provider_primus.kubernetes.client import KubeApi, api_client_from
 
     try:
         return KubeApi(api_client_from(kubeconfig=args.kubeconfig, context=args.context))
@@ -140,7 +140,7 @@ def _store(args: argparse.Namespace) -> Any:
 
     cluster = None if args.store else _document_cluster(args)
     if getattr(args, "namespace", None) or getattr(args, "kubeconfig", None) or cluster is not None:
-        from airflow_provider_primus.master.kube_store import KubeJobStore
+        from airflow_provider_primus.kubernetes.store import KubeJobStore
 
         cluster = cluster or {}
         args.namespace = args.namespace or cluster.get("namespace") or "default"
@@ -154,7 +154,7 @@ def _master(args: argparse.Namespace, store: Any, name: str, **kwargs: Any) -> A
     from airflow_provider_primus.master.master import Master
 
     if store.kind == "kubernetes":
-        from airflow_provider_primus.master.kubernetes import kube_master
+        from airflow_provider_primus.kubernetes.submission import kube_master
 
         return kube_master(name, store.api, store.namespace, **kwargs)
     return Master(name, store, **kwargs)
@@ -181,7 +181,7 @@ def _client(store: Any, name: str) -> Any:
     except FileNotFoundError:
         if store.kind != "kubernetes":
             raise
-        from airflow_provider_primus.master.kubernetes import read_token as read_secret
+        from airflow_provider_primus.kubernetes.submission import read_token as read_secret
 
         token = read_secret(store.api, store.namespace, name)  # submitted from another machine
     return ControlClient(api, token)
@@ -189,9 +189,10 @@ def _client(store: Any, name: str) -> Any:
 
 def _submit(args: argparse.Namespace, store: Any, labels: dict[str, str] | None = None) -> tuple[str, bool]:
     """Returns (name, fresh); an unfinished job of the same name is reused (master restart)."""
-    from airflow_provider_primus.master.jobs import TERMINAL, load_job, submit
+    from airflow_provider_primus.master.jobs import load_job, submit
     from airflow_provider_primus.master.store import JobNotFound
     from airflow_provider_primus.spec.loader import read_document
+    from airflow_provider_primus.spec.status import TERMINAL
 
     document = read_document(args.job)
     _, stored = load_job(document, args.job.resolve().parent, store.kind)
@@ -273,8 +274,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.master.jobs import TERMINAL, job_paths, start_master, wait_for
+    from airflow_provider_primus.master.jobs import job_paths, start_master, wait_for
     from airflow_provider_primus.spec import SpecError
+    from airflow_provider_primus.spec.status import TERMINAL
 
     store = _store(args)
     labels = dict(item.split("=", 1) for item in args.label if "=" in item)
@@ -354,7 +356,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.master.jobs import TERMINAL
+    from airflow_provider_primus.spec.status import TERMINAL
 
     store = _store(args)
     name = _job_name(args.job)
@@ -384,8 +386,9 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.master.jobs import TERMINAL, wait_for
+    from airflow_provider_primus.master.jobs import wait_for
     from airflow_provider_primus.master.store import modify
+    from airflow_provider_primus.spec.status import TERMINAL
 
     store = _store(args)
     name = _job_name(args.job)

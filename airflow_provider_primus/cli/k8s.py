@@ -75,8 +75,7 @@ def cmd_crd(_args: argparse.Namespace) -> int:
 
 
 def cmd_manifests(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.master.kubernetes import DEFAULT_IMAGE
-    from airflow_provider_primus.resources.kube_manifests import master_pod, rbac
+    from airflow_provider_primus.kubernetes.manifests import DEFAULT_IMAGE, master_pod, rbac
 
     docs = rbac(args.namespace)
     if args.master:
@@ -86,9 +85,9 @@ def cmd_manifests(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.resources.kube_client import KubeApi, KubeError, api_client_from
-    from airflow_provider_primus.resources.kube_install import apply, wait_established
-    from airflow_provider_primus.resources.kube_manifests import rbac
+    from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, api_client_from
+    from airflow_provider_primus.kubernetes.install import apply, wait_established
+    from airflow_provider_primus.kubernetes.manifests import rbac
     from airflow_provider_primus.spec.crd import CRD_NAME, crd
 
     try:

@@ -27,10 +27,7 @@ from airflow_provider_primus.cli import (
     train,
     validate,
 )
-
-# Where an executor records its exit code: a restarted master re-adopted it, so it is not the
-# process's parent and cannot wait() for the code.
-EXIT_FILE_ENV = "PRIMUS_EXIT_FILE"
+from airflow_provider_primus.process import EXIT_FILE_ENV
 
 
 def build_parser() -> argparse.ArgumentParser:

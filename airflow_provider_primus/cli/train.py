@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
+
+from airflow_provider_primus.process import primus_command
+from airflow_provider_primus.training.options import COMMAND, TrainerExecutorOptions
 
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
-        "train",
+        COMMAND,
         help="train a DLRM-style model from file windows and a Kafka stream (batch|stream|mixed)",
         description="Train one model from the sources of a PrimusData document: historical files "
         "through the data service and a Kafka stream of JSON events, mixed by the document's mixture "
@@ -19,22 +21,9 @@ def register(sub: Any) -> None:
         "trained on (progressive validation) in every mode. Checkpoints are written under --workdir "
         "and a rerun resumes from the newest one. Stops at the stream's current end unless --follow.",
     )
-    parser.add_argument("spec", type=Path, help="the PrimusData document (YAML or JSON)")
-    parser.add_argument(
-        "--training", type=Path, help="a PrimusTraining document (default: the embedded defaults)"
-    )
+    TrainerExecutorOptions.add_arguments(parser)
     parser.add_argument("--mode", choices=("batch", "stream", "mixed"), help="overrides the training spec")
-    parser.add_argument("--workdir", type=Path, help="checkpoints and model snapshots (default: a temp dir)")
-    parser.add_argument("--follow", action="store_true", help="keep consuming the stream until interrupted")
-    parser.add_argument("--max-steps", type=int, help="stop after this many steps (counted across resumes)")
     parser.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in --workdir")
-    parser.add_argument(
-        "--trace", type=Path, help="append one JSON line per step with the rows it trained (for audits)"
-    )
-    parser.add_argument(
-        "--passthrough", nargs="*", default=[], help="columns carried to --trace (e.g. an id)"
-    )
-    parser.add_argument("--json", action="store_true", help="print the final metrics as one JSON line last")
     parser.add_argument(
         "--trainers",
         type=int,
@@ -43,11 +32,6 @@ def register(sub: Any) -> None:
     # Set by the launcher for each trainer process it starts.
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--dist-init", help=argparse.SUPPRESS)
-    # Set by a job's master when it launches this as the job's trainer executor.
-    parser.add_argument("--dispatcher", help=argparse.SUPPRESS)
-    parser.add_argument("--executor-name", default="trainer-0", help=argparse.SUPPRESS)
-    parser.add_argument("--open-graph", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--grace-s", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.set_defaults(handler=run)
 
 
@@ -70,7 +54,7 @@ def launch(args: argparse.Namespace, world: int) -> int:
     init = f"tcp://127.0.0.1:{_free_port()}"
     procs = []
     for rank in range(world):
-        command = [sys.executable, "-m", "airflow_provider_primus.cli.main", *args.argv]
+        command = primus_command(*args.argv)
         command += ["--trainers", str(world), "--rank", str(rank), "--dist-init", init]
         procs.append(
             subprocess.Popen(
@@ -93,7 +77,7 @@ def launch(args: argparse.Namespace, world: int) -> int:
 
 
 def _job_token() -> str:
-    from airflow_provider_primus.data.service.auth import load_token
+    from airflow_provider_primus.credentials import load_token
 
     return load_token(None)
 
@@ -102,12 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from airflow_provider_primus.spec import SpecError, load_data_spec
     from airflow_provider_primus.spec.loader import load_training_spec
     from airflow_provider_primus.spec.training import default_training
-    from airflow_provider_primus.training.runtime import (
-        Trainer,
-        TrainOptions,
-        default_workdir,
-        print_progress,
-    )
+    from airflow_provider_primus.training.runtime import Trainer, TrainOptions, default_workdir
+    from airflow_provider_primus.training.summary import print_progress
     from airflow_provider_primus.training.trace import TraceWriter
 
     try:

@@ -25,9 +25,9 @@ import pyarrow.fs as pafs
 
 from airflow_provider_primus.data.model import MissingPartition
 from airflow_provider_primus.data.sources.files import list_partition, open_filesystem, partition_times
-from airflow_provider_primus.spec.data import FileSource
 from airflow_provider_primus.spec.errors import SpecError
 from airflow_provider_primus.spec.loader import load_data_spec
+from airflow_provider_primus.spec.sources import FileSource
 
 __all__ = [
     "Readiness",

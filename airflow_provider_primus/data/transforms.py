@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_primus.spec.data import SourceSchema, Transform
+from airflow_provider_primus.spec.schema import SourceSchema, Transform
 
 __all__ = [
     "EVENT_TIME",

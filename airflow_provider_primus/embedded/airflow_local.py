@@ -58,6 +58,8 @@ def airflow_env(
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             # SQLite allows one writer at a time: keep the LocalExecutor small.
             "AIRFLOW__CORE__PARALLELISM": "4",
+            # The streaming trainer waits for its job's life: in the triggerer, not in a worker slot.
+            "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
         }
     )
     # The venv's `airflow`, whatever PATH the caller had.

@@ -26,6 +26,7 @@ from airflow_provider_primus.embedded.airflow_local import COMPONENTS, PRIVATE_U
 from airflow_provider_primus.embedded.kafka import broker
 from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION, ensure_distribution
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
+from airflow_provider_primus.spec.status import is_terminal
 
 JOB = "primus-streaming"
 TOPIC = "clicks"
@@ -91,7 +92,8 @@ class DemoStack:
         self.airflow.start(c for c in COMPONENTS if c != "scheduler")
 
     def _generate(self, log: Any) -> None:
-        from airflow_provider_primus.gen.clicklog import World, write_data_spec, write_history
+        from airflow_provider_primus.gen.clicklog import World
+        from airflow_provider_primus.gen.files import write_data_spec, write_history
 
         # History ends today, so the live stream carries today's events and freshness reads in seconds.
         today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -111,7 +113,8 @@ class DemoStack:
         # The live stream comes from its own process, so stopping the demo stops it cleanly too.
         code = (
             "import json, sys; from datetime import datetime; "
-            "from airflow_provider_primus.gen.clicklog import World, produce_stream; "
+            "from airflow_provider_primus.gen.clicklog import World; "
+            "from airflow_provider_primus.gen.events import produce_stream; "
             "a = json.loads(sys.argv[1]); a['world']['start'] = datetime.fromisoformat(a['world']['start']); "
             "world = World.from_defaults(**a['world']); "
             "print(produce_stream(world, a['bootstrap'], a['topic'], rate=a['rate']), flush=True)"
@@ -318,7 +321,7 @@ class DemoStack:
         from airflow_provider_primus.hooks.primus import PrimusError, PrimusHook
 
         try:
-            if self.job_status().get("phase") not in (None, "Succeeded", "Failed", "Stopped"):
+            if self.job_status().get("phase") is not None and not is_terminal(self.job_status().get("phase")):
                 try:
                     PrimusHook(retries=2).stop_job(JOB)
                 except PrimusError:
@@ -337,6 +340,6 @@ class DemoStack:
     def _wait_job_end(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.job_status().get("phase") in ("Succeeded", "Failed", "Stopped"):
+            if is_terminal(self.job_status().get("phase")):
                 return
             time.sleep(1.0)

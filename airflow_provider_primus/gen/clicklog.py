@@ -31,54 +31,24 @@ on the seed and its index: ``generate_day`` walks the state forward from day 0 (
 state per world, so generating days in order costs one step each) and any process gets the same
 rows. Exact bits can differ across numpy versions, whose ``Generator`` streams are not frozen.
 
-Stream messages (:func:`produce_stream`) are compact JSON objects with the table's columns in order::
-
-    {"sample_id":400000,"user_id":1234,"item_id":56,"hour":0,"user_activity":2.0794415,
-     "item_price":19.99,"clicked":0,"ts":"2026-01-21T00:00:03.123Z"}
-
-``ts`` is ISO 8601 in UTC with exactly three fractional digits and a ``Z``: readable in a console
-consumer, lossless because event times are whole milliseconds, and one type in every block of a JSON
-reader (pyarrow infers ``timestamp[s]`` from whole-second strings but keeps fractional ones as
-strings, so a varying format would give blocks of different types). Floats
-are the shortest text that reads back to the same float32; a null ``item_price`` is ``null``. The key
-is the decimal ASCII of ``user_id`` and the record timestamp is the event time in epoch milliseconds.
+The stream's order and JSON encoding are in ``events.py``; the files and the data document that
+``primus gen`` writes are in ``files.py``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-import yaml
 
-__all__ = [
-    "DEFAULT_BOOTSTRAP",
-    "SCHEMA",
-    "World",
-    "encode_events",
-    "ensure_topic",
-    "generate_day",
-    "hash_buckets",
-    "item_vectors",
-    "iter_stream",
-    "produce_stream",
-    "user_vectors",
-    "write_data_spec",
-    "write_history",
-]
+__all__ = ["SCHEMA", "World", "generate_day", "item_vectors", "user_vectors"]
 
 SCHEMA = pa.schema(
     [
@@ -92,9 +62,6 @@ SCHEMA = pa.schema(
         ("ts", pa.timestamp("us", tz="UTC")),
     ]
 )
-# A spec needs a Kafka address even when no stream is produced yet; this is the embedded broker's
-# usual one, to be edited (or the stream produced) before the spec is used.
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 _MS_PER_HOUR = 3_600_000
 _PEAK_HOUR = 20
@@ -366,246 +333,3 @@ def generate_day(world: World, day: int) -> pa.Table:
         ],
         schema=SCHEMA,
     )
-
-
-def write_history(world: World, root: Path) -> list[Path]:
-    """Days ``0 .. history_days-1`` as ``root/history/{YYYY-MM-DD}/part-0.parquet`` + ``_SUCCESS``.
-
-    A stale marker from an earlier run is removed before its folder is rewritten, so a reader that
-    trusts markers never sees one next to a half-written file.
-    """
-    paths = []
-    for day in range(world.history_days):
-        folder = Path(root) / "history" / world.day_start(day).date().isoformat()
-        folder.mkdir(parents=True, exist_ok=True)
-        marker = folder / "_SUCCESS"
-        marker.unlink(missing_ok=True)
-        path = folder / "part-0.parquet"
-        # Page checksums: a reader verifying them (the data executors do) refuses flipped bytes
-        # instead of training on the plausible but wrong values they decode to.
-        pq.write_table(generate_day(world, day), path, write_page_checksum=True)
-        marker.write_bytes(b"")
-        paths.append(path)
-    return paths
-
-
-def iter_stream(world: World) -> Iterator[pa.Table]:
-    """The stream days' rows in production order: label availability, then event time, then
-    ``sample_id``. Without a label delay that is plain event-time order.
-
-    A delayed click can become known on a later day than its impression, so rows not yet available by
-    the next day's start are carried into that day's merge rather than emitted early.
-    """
-    delay_ms = round(world.label_delay_s * 1000)
-    carry: pa.Table | None = None
-    last = world.days - 1
-    for day in range(world.history_days, world.days):
-        table = generate_day(world, day)
-        if carry is not None:
-            table = pa.concat_tables([carry, table])
-        ts_ms = table.column("ts").to_numpy().astype("datetime64[ms]").astype(np.int64)
-        available = ts_ms + delay_ms * table.column("clicked").to_numpy()
-        order = np.lexsort((table.column("sample_id").to_numpy(), ts_ms, available))
-        table = table.take(pa.array(order))
-        if day == last:
-            yield table
-            return
-        cut = int(np.searchsorted(available[order], int(world.day_start(day + 1).timestamp() * 1000)))
-        yield table.slice(0, cut)
-        carry = table.slice(cut)
-
-
-def encode_events(table: pa.Table) -> list[bytes]:
-    """The JSON value of each row (see the module docstring for the format)."""
-    cols = {name: table.column(name) for name in SCHEMA.names}
-    ts = cols["ts"].to_numpy().astype("datetime64[ms]")
-    ts_text = np.char.add(np.datetime_as_string(ts, unit="ms"), "Z")
-    price = cols["item_price"].fill_null(0.0).to_numpy().astype(np.float32).astype(str).astype(object)
-    price[pc.is_null(cols["item_price"]).to_numpy(zero_copy_only=False)] = "null"
-    activity = cols["user_activity"].to_numpy().astype(np.float32).astype(str)
-    ints = [cols[name].to_numpy().tolist() for name in ("sample_id", "user_id", "item_id", "hour", "clicked")]
-    return [
-        (
-            f'{{"sample_id":{sid},"user_id":{uid},"item_id":{iid},"hour":{h},"user_activity":{act},'
-            f'"item_price":{p},"clicked":{c},"ts":"{t}"}}'
-        ).encode()
-        for sid, uid, iid, h, c, act, p, t in zip(
-            *ints, activity.tolist(), price.tolist(), ts_text.tolist(), strict=True
-        )
-    ]
-
-
-def _malformed(good: bytes, kth: int) -> bytes:
-    """The ``kth`` dead letter, cycling through the three ways a producer gets a message wrong."""
-    kind = kth % 3
-    if kind == 0:  # a truncated write: never valid JSON, since the object is not closed
-        return good[: len(good) // 2]
-    row = json.loads(good)
-    if kind == 1:  # valid JSON, but not an object
-        return json.dumps(list(row.values()), separators=(",", ":")).encode()
-    del row["user_id"]  # an object missing a required field
-    return json.dumps(row, separators=(",", ":")).encode()
-
-
-def ensure_topic(bootstrap_servers: str, topic: str, partitions: int = 1) -> bool:
-    """Create ``topic`` unless it exists; True when this call created it.
-
-    Retention by time is off for it: records carry their *event* time as Kafka timestamp, months in
-    the past for a synthetic world, and the broker's default 7-day retention would delete them at its
-    next check (within 5 minutes) — in the middle of a benchmark. Timestamps ahead of the broker's
-    clock are accepted too (by default Kafka refuses those more than an hour ahead): a world whose
-    stream days run until tomorrow is produced live, today.
-    """
-    from airflow_provider_primus.data.sources.kafka import ensure_topic as create
-
-    configs = {"retention.ms": "-1", "message.timestamp.after.max.ms": str(2**63 - 1)}
-    return create(bootstrap_servers, topic, partitions, configs)
-
-
-def produce_stream(
-    world: World,
-    bootstrap_servers: str,
-    topic: str,
-    *,
-    rate: float = 0.0,
-    dead_letter_every: int = 0,
-    partitions: int = 1,
-) -> int:
-    """Produce the stream days to ``topic`` in :func:`iter_stream` order; the number of messages.
-
-    ``rate`` is rows per second (0: as fast as the producer goes), paced against a monotonic clock in
-    chunks of ~50 ms so a slow consumer demo is realistic without one sleep per message.
-    ``dead_letter_every=N`` replaces messages N, 2N, ... (1-based, counted over the whole stream) with
-    a truncated JSON text, a JSON array, and an object missing ``user_id``, in turn; each keeps its
-    row's key and timestamp, so the count and the partitioning do not change. Raises the first send
-    error after flushing, so a broken broker is not reported as a success.
-    """
-    if rate < 0 or not math.isfinite(rate):
-        raise ValueError(f"rate must be a finite number >= 0, got {rate}")
-    if dead_letter_every < 0:
-        raise ValueError(f"dead_letter_every must be >= 0, got {dead_letter_every}")
-    if partitions < 1:
-        raise ValueError(f"partitions must be >= 1, got {partitions}")
-    from kafka import KafkaProducer
-
-    ensure_topic(bootstrap_servers, topic, partitions)
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap_servers, client_id="primus-gen", linger_ms=20, batch_size=256 * 1024
-    )
-    errors: list[BaseException] = []
-    chunk = max(1, int(rate / 20)) if rate > 0 else 0
-    sent = 0
-    t0 = time.monotonic()
-    try:
-        for table in iter_stream(world):
-            values = encode_events(table)
-            keys = table.column("user_id").to_numpy().tolist()
-            stamps = (table.column("ts").to_numpy().astype("datetime64[ms]").astype(np.int64)).tolist()
-            for good, key, stamp in zip(values, keys, stamps, strict=True):
-                sent += 1
-                bad = dead_letter_every and sent % dead_letter_every == 0
-                value = _malformed(good, sent // dead_letter_every - 1) if bad else good
-                future = producer.send(topic, value=value, key=str(key).encode(), timestamp_ms=stamp)
-                future.add_errback(errors.append)
-                if chunk and sent % chunk == 0:
-                    ahead = t0 + sent / rate - time.monotonic()
-                    if ahead > 0:
-                        time.sleep(ahead)
-        producer.flush()
-    finally:
-        producer.close()
-    if errors:
-        raise errors[0]
-    return sent
-
-
-def _next_prime(n: int) -> int:
-    candidate = max(n, 2)
-    while any(candidate % d == 0 for d in range(2, math.isqrt(candidate) + 1)):
-        candidate += 1
-    return candidate
-
-
-def hash_buckets(world: World) -> tuple[int, int]:
-    """(user, item) bucket counts: the next prime above 5x the IDs the whole log will hold, so about 10%
-    of IDs share a bucket — collisions every training mode pays for equally."""
-    last = world.days - 1
-    return _next_prime(5 * world.users_on(last)), _next_prime(5 * world.items_on(last))
-
-
-def _schema_section(world: World) -> dict[str, Any]:
-    user_buckets, item_buckets = hash_buckets(world)
-    return {
-        "sparse": ["user_id", "item_id", "hour"],
-        "dense": ["user_activity", "item_price"],
-        "label": {"column": "clicked"},
-        "event_time": "ts",
-        "transforms": [
-            {"column": "user_id", "hash_bucket": user_buckets},
-            {"column": "item_id", "hash_bucket": item_buckets},
-            # 24 values; hashed (into a prime far above 24) so the embedded training defaults can size
-            # every table from the data document alone.
-            {"column": "hour", "hash_bucket": 10007},
-            {"column": "item_price", "fill": 0},
-        ],
-    }
-
-
-def _utc_text(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def write_data_spec(world: World, root: Path, *, bootstrap_servers: str, topic: str) -> Path:
-    """Write ``root/primus-data.yaml`` for this world's history and stream; validated before writing
-    so a bad topic or address fails here, not in the first job that reads it."""
-    from airflow_provider_primus.spec import validate_data_spec
-
-    root = Path(root)
-    document = {
-        "apiVersion": "primus.dev/v1alpha1",
-        "kind": "PrimusData",
-        "metadata": {"name": "clicklog"},
-        "spec": {
-            "window": {
-                "start": _utc_text(world.start),
-                "end": _utc_text(world.day_start(world.history_days)),
-            },
-            "ordered": True,
-            "sources": [
-                {
-                    "name": "history",
-                    "type": "files",
-                    "format": "parquet",
-                    "uri": (root.resolve() / "history").as_uri(),
-                    "path_template": "{date}",
-                    "granularity": "day",
-                    "success_marker": "_SUCCESS",
-                    "missing": {"policy": "fail"},
-                    "schema": _schema_section(world),
-                },
-                {
-                    "name": "events",
-                    "type": "kafka",
-                    "bootstrap_servers": bootstrap_servers,
-                    "topic": topic,
-                    "value_format": "json",
-                    "event_time_field": "ts",
-                    "start": {"policy": "earliest"},
-                    "schema": _schema_section(world),
-                },
-            ],
-            "mixture": [
-                {"source": "history", "weight": 0.5, "priority": 0},
-                {"source": "events", "weight": 0.5, "priority": 1},
-            ],
-        },
-    }
-    validate_data_spec(document)
-    header = (
-        f"# Generated by `primus gen` (seed {world.seed}): {world.history_days} history days from "
-        f"{world.start.date()}, {world.stream_days} stream days on topic {topic!r}.\n"
-    )
-    path = root / "primus-data.yaml"
-    root.mkdir(parents=True, exist_ok=True)
-    path.write_text(header + yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-    return path

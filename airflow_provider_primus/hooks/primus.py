@@ -14,15 +14,16 @@ Connection type ``primus``:
   job's token file (local backend: the same machine).
 
 Every control call exists as a sync and an async method (the async ones for triggers: no blocking
-call in the event loop), with retries and exponential backoff on transient errors — connection
-failures and 5xx answers, e.g. while a master restarts.
+call in the event loop). The HTTP is the one control client's (``master/client.py``): this hook only
+tells it where each job's master is and its token, looked up again on every attempt so a retry finds
+a restarted master. Transient failures (no master yet or none reachable, 429, 5xx) are retried with
+exponential backoff and jitter, honouring ``Retry-After``; any other 4xx fails at once with the
+master's message.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -30,37 +31,53 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 from airflow.sdk import BaseHook
 
+from airflow_provider_primus.credentials import derive_token
+from airflow_provider_primus.master.client import ControlClient, ControlError, Transient
 from airflow_provider_primus.master.jobs import (
-    TERMINAL,
     job_paths,
     load_job,
     read_token,
     start_master,
     submit_document,
 )
-from airflow_provider_primus.master.store import JobNotFound, JobRecord, JobStore, SqliteJobStore, modify
+from airflow_provider_primus.master.store import (
+    JobExists,
+    JobNotFound,
+    JobRecord,
+    JobStore,
+    SqliteJobStore,
+    modify,
+)
 from airflow_provider_primus.spec.loader import read_document
+from airflow_provider_primus.spec.status import TERMINAL
+
+# Operators and sensors reach jobs through this hook only: the store's types come from here too.
+__all__ = ["JobExists", "JobRecord", "PrimusError", "PrimusHook", "derive_token"]
 
 T = TypeVar("T")
-TRANSIENT = (httpx.TransportError,)
 
 
-class PrimusError(RuntimeError):
-    """A control call failed for good (not transient, or retries exhausted)."""
-
-
-class _Transient(Exception):
-    pass
-
-
-def derive_token(secret: str, job: str) -> str:
-    return hmac.new(secret.encode(), job.encode(), hashlib.sha256).hexdigest()
+class PrimusError(ControlError):
+    """A control call failed for good: refused by the master (``status``: its HTTP status), or no
+    answer after the retries."""
 
 
 class PrimusHook(BaseHook):
+    """Jobs of one ``primus`` connection: submit, find, watch and control them.
+
+    :param primus_conn_id: the ``primus`` connection (absent ``primus_default``: the local backend's
+        defaults).
+    :param retries: further attempts of a control call after a transient failure.
+    :param backoff_s: the first pause before a retry; it doubles per retry, with jitter.
+    :param timeout_s: bound on each HTTP request to a master.
+    :param backend: ``local`` or ``kubernetes``, overriding the connection's ``extra.backend``.
+    :param namespace: the Kubernetes namespace, overriding the connection's ``extra.namespace``.
+    :param kubernetes_conn_id: the cncf-kubernetes connection, overriding the connection's
+        ``extra.kubernetes_conn_id``.
+    """
+
     conn_name_attr = "primus_conn_id"
     default_conn_name = "primus_default"
     conn_type = "primus"
@@ -143,7 +160,7 @@ class PrimusHook(BaseHook):
     @cached_property
     def store(self) -> JobStore:
         if self.kubernetes:
-            from airflow_provider_primus.master.kube_store import KubeJobStore
+            from airflow_provider_primus.kubernetes.store import KubeJobStore
 
             return KubeJobStore(self.kube_api, self.settings["namespace"] or "default")
         home = self.home
@@ -154,28 +171,37 @@ class PrimusHook(BaseHook):
         """The cncf-kubernetes provider's API client for the configured connection."""
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-        from airflow_provider_primus.resources.kube_client import KubeApi
+        from airflow_provider_primus.kubernetes.client import KubeApi
 
         conn_id = self.settings["kubernetes_conn_id"] or KubernetesHook.default_conn_name
         return KubeApi(KubernetesHook(conn_id=conn_id).api_client)
 
     def token(self, job: str) -> str:
+        """The job's control-API token: derived from the connection's secret, else read where the
+        job was submitted (its token file, or its Secret on Kubernetes).
+
+        :param job: the job's name.
+        """
         secret = self.settings["secret"]
         if secret:
             return derive_token(secret, job)
         if self.kubernetes:
-            from airflow_provider_primus.master.kubernetes import read_token as read_secret
+            from airflow_provider_primus.kubernetes.submission import read_token as read_secret
 
             return read_secret(self.kube_api, self.settings["namespace"] or "default", job)
         return read_token(job, self.home)
 
     def endpoint(self, record: JobRecord) -> str:
+        """The job's control-API base URL: the connection's fixed one, else its master's own.
+
+        :param record: the job as the store holds it.
+        """
         if self.settings["host"]:
             port = f":{self.settings['port']}" if self.settings["port"] else ""
             return f"http://{self.settings['host']}{port}"
         api = (record.status.get("master") or {}).get("api")
         if not api:
-            raise _Transient(f"job {record.name!r} has no running master yet")
+            raise Transient(f"job {record.name!r} has no running master yet")
         return str(api)
 
     # --- the job store (local backend) -------------------------------------------------------------
@@ -190,8 +216,17 @@ class PrimusHook(BaseHook):
         start: bool = True,
         keep_files: bool = False,
     ) -> JobRecord:
-        """Submit a PrimusJob (a path, or a parsed document whose paths are relative to ``base``) and
-        start its master in the background."""
+        """Submit a PrimusJob and start its master in the background.
+
+        :param job: the PrimusJob document: a path, or a parsed document.
+        :param name: the job's name (default: the document's ``metadata.name``).
+        :param labels: labels to find the job by (``find_jobs``).
+        :param base: what a parsed document's relative paths are relative to (default: the working
+            directory).
+        :param start: start the job's master (a process, or a driver pod on Kubernetes).
+        :param keep_files: keep the job's files of an earlier job of the same name (a restarted
+            long-running job resumes from its checkpoints).
+        """
         if isinstance(job, str | Path):
             path = Path(job)
             document, base_dir = read_document(path), path.resolve().parent
@@ -214,65 +249,105 @@ class PrimusHook(BaseHook):
         return record
 
     def start_master(self, name: str) -> int:
-        """Local: a background process. Kubernetes: the job's master driver pod (owned by the job)."""
+        """Local: a background process (its pid). Kubernetes: the job's master driver pod (owned by the
+        job; 0).
+
+        :param name: the job's name.
+        """
         if self.kubernetes:
             self.start_master_pod(name)
             return 0
         return start_master(name, store_path=getattr(self.store, "path", None), home=self.home)
 
     def start_master_pod(self, name: str, image: str | None = None) -> dict[str, Any]:
-        from airflow_provider_primus.master.kubernetes import DEFAULT_IMAGE, job_documents
-        from airflow_provider_primus.resources.kube import owner_reference
-        from airflow_provider_primus.resources.kube_client import KubeError, resource_path
-        from airflow_provider_primus.resources.kube_manifests import master_pod
+        """Kubernetes: create the job's master driver pod (owned by the PrimusJob); an existing one is
+        returned as it is.
 
-        store: Any = self.store
-        record = store.get(name)
-        kube = record.spec["spec"].get("backend", {}).get("kubernetes") or {}
-        pod = master_pod(
-            name,
-            store.namespace,
-            image or kube.get("image") or DEFAULT_IMAGE,
-            list(job_documents(record.spec)),
-            owner_reference(store.raw(name)),
-        )
-        try:
-            created: dict[str, Any] = self.kube_api.create(resource_path("v1", "pods", store.namespace), pod)
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
-            created = self.kube_api.get(resource_path("v1", "pods", store.namespace, pod["metadata"]["name"]))
-        return created
+        :param name: the job's name.
+        :param image: the master's image (default: the job's ``backend.kubernetes.image``, else ours).
+        """
+        from airflow_provider_primus.kubernetes.submission import start_master_pod
+
+        store: Any = self.store  # a KubeJobStore: the backend is kubernetes
+        return start_master_pod(store, name, image)
 
     def cancel_job(self, name: str) -> None:
-        """Cancel: on Kubernetes the PrimusJob is deleted (its pods, Secret and ConfigMap are owned by
-        it; the master, watching, stops the executors); locally the job is stopped."""
+        """What cancelling a job means, for every caller (operators' and triggers' ``on_kill``): on
+        Kubernetes the PrimusJob is deleted (its pods, Secret and ConfigMap are owned by it; the master,
+        watching, stops the executors); locally the job is stopped, through its master or, when none
+        answers, by recording the stop for the next one.
+
+        :param name: the job's name.
+        """
         if self.kubernetes:
-            self.store.delete(name)
+            self.delete_job(name)
             return
         try:
             self.stop_job(name)
         except PrimusError:
             self.request_stop_offline(name)
 
+    async def acancel_job(self, name: str) -> None:
+        """``cancel_job`` for the triggerer's event loop (connection and store access run in a thread).
+
+        :param name: the job's name.
+        """
+        if await asyncio.to_thread(lambda: self.kubernetes):
+            await asyncio.to_thread(self.delete_job, name)
+            return
+        try:
+            await self.astop_job(name)
+        except PrimusError:  # no master answers: the stop waits in the job object for the next one
+            await asyncio.to_thread(self.request_stop_offline, name)
+
+    def delete_job(self, name: str) -> None:
+        """Remove the job from the store (on Kubernetes its owned objects follow), e.g. to submit an
+        ended job afresh under the same name.
+
+        :param name: the job's name.
+        """
+        self.store.delete(name)
+
     def validate_job(self, path: str | Path) -> dict[str, Any]:
+        """Check a PrimusJob and every document it references, as submitting it would; returns the
+        document as it would be stored.
+
+        :param path: the PrimusJob document.
+        """
         path = Path(path)
         _, stored = load_job(read_document(path), path.resolve().parent, self.settings["backend"])
         return stored
 
     def get_job(self, name: str) -> JobRecord | None:
+        """The job as the store holds it (spec, status, labels), or None when there is none.
+
+        :param name: the job's name.
+        """
         try:
             return self.store.get(name)
         except JobNotFound:
             return None
 
     def find_jobs(self, labels: Mapping[str, str]) -> list[JobRecord]:
+        """The jobs carrying every one of ``labels``.
+
+        :param labels: label names and values to match.
+        """
         return self.store.find(labels)
 
     def job_dir(self, name: str) -> Path:
+        """Where the job's files are (local backend): token, logs, the trainer's work directory.
+
+        :param name: the job's name.
+        """
         return job_paths(name, self.home).root
 
     def wait_for_master(self, name: str, timeout_s: float = 60.0) -> JobRecord:
+        """Block until the job's master serves its control API (or the job has ended).
+
+        :param name: the job's name.
+        :param timeout_s: how long to wait before raising ``PrimusError``.
+        """
         deadline = time.monotonic() + timeout_s
         while True:
             record = self.store.get(name)
@@ -283,124 +358,145 @@ class PrimusHook(BaseHook):
             time.sleep(0.2)
 
     def request_stop_offline(self, name: str) -> None:
-        """Record a stop in the job object when no master answers: the next master acts on it."""
+        """Record a stop in the job object when no master answers: the next master acts on it.
+
+        :param name: the job's name.
+        """
         modify(self.store, name, lambda r: {**r.desired, "stop": True})
 
     async def aget_job(self, name: str) -> JobRecord | None:
+        """``get_job`` for the event loop (the store read runs in a thread).
+
+        :param name: the job's name.
+        """
         return await asyncio.to_thread(self.get_job, name)
 
-    # --- the control API ---------------------------------------------------------------------------
+    # --- the control API -----------------------------------------------------------------------------
 
-    def _request(self, method: str, job: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        def once() -> Any:
-            record = self.store.get(job)
-            response = httpx.request(
-                method,
-                f"{self.endpoint(record)}/v1/{path}",
-                json=body,
-                headers={"Authorization": f"Bearer {self.token(job)}"},
-                timeout=self.timeout_s,
-            )
-            return self._answer(method, path, response)
+    def control(self, job: str) -> ControlClient:
+        """The control client for ``job``: its master's endpoint and token are looked up on every
+        attempt (a restarted master listens on a new port; no master yet is a transient error).
 
-        return self._retrying(once)
+        :param job: the job's name.
+        """
+        return ControlClient(
+            lambda: self.endpoint(self.store.get(job)),
+            lambda: self.token(job),
+            timeout_s=self.timeout_s,
+            retries=self.retries,
+            backoff_s=self.backoff_s,
+            logger=self.log,
+        )
 
-    async def _arequest(self, method: str, job: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        async def once() -> Any:
-            record = await asyncio.to_thread(self.store.get, job)
-            token = await asyncio.to_thread(self.token, job)
-            async with httpx.AsyncClient(timeout=self.timeout_s) as client:
-                response = await client.request(
-                    method,
-                    f"{self.endpoint(record)}/v1/{path}",
-                    json=body,
-                    headers={"Authorization": f"Bearer {token}"},
-                )
-            return self._answer(method, path, response)
+    def _call(self, job: str, call: Callable[[ControlClient], T]) -> T:
+        try:
+            return call(self.control(job))
+        except ControlError as exc:
+            raise PrimusError(str(exc), exc.status) from exc
 
-        return await self._aretrying(once)
-
-    @staticmethod
-    def _answer(method: str, path: str, response: httpx.Response) -> Any:
-        if response.status_code >= 500:
-            raise _Transient(f"{method} /v1/{path}: HTTP {response.status_code}")
-        if response.status_code >= 400:
-            raise PrimusError(f"{method} /v1/{path}: HTTP {response.status_code}: {response.text[:500]}")
-        return response.json()
-
-    def _delays(self) -> list[float]:
-        return [self.backoff_s * 2**i for i in range(self.retries)]
-
-    def _retrying(self, call: Callable[[], T]) -> T:
-        for delay in [*self._delays(), None]:
-            try:
-                return call()
-            except (_Transient, *TRANSIENT) as exc:
-                if delay is None:
-                    raise PrimusError(f"gave up after {self.retries} retries: {exc}") from exc
-                self.log.info("transient error (%s); retrying in %.1fs", exc, delay)
-                time.sleep(delay)
-        raise AssertionError("unreachable")
-
-    async def _aretrying(self, call: Callable[[], Awaitable[T]]) -> T:
-        for delay in [*self._delays(), None]:
-            try:
-                return await call()
-            except (_Transient, *TRANSIENT) as exc:
-                if delay is None:
-                    raise PrimusError(f"gave up after {self.retries} retries: {exc}") from exc
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+    async def _acall(self, job: str, call: Callable[[ControlClient], Awaitable[T]]) -> T:
+        try:
+            return await call(self.control(job))
+        except ControlError as exc:
+            raise PrimusError(str(exc), exc.status) from exc
 
     def get_status(self, job: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("GET", job, "status")
-        return result
+        """The job's status as its master serves it.
+
+        :param job: the job's name.
+        """
+        return self._call(job, lambda c: c.status())
 
     async def aget_status(self, job: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._arequest("GET", job, "status")
-        return result
+        """``get_status`` for the event loop.
 
-    def get_events(self, job: str, after: int = 0) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._request("GET", job, f"events?after={after}")
-        return result
+        :param job: the job's name.
+        """
+        return await self._acall(job, lambda c: c.astatus())
 
-    async def aget_events(self, job: str, after: int = 0) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = await self._arequest("GET", job, f"events?after={after}")
-        return result
+    def get_events(self, job: str, after: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        """The job's events after sequence number ``after``, oldest first.
+
+        :param job: the job's name.
+        :param after: the last sequence number already seen (0: from the start).
+        :param limit: the most events returned.
+        """
+        return self._call(job, lambda c: c.events(after, limit))
+
+    async def aget_events(self, job: str, after: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        """``get_events`` for the event loop.
+
+        :param job: the job's name.
+        :param after: the last sequence number already seen (0: from the start).
+        :param limit: the most events returned.
+        """
+        return await self._acall(job, lambda c: c.aevents(after, limit))
 
     def scale(self, job: str, role: str, replicas: int) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("POST", job, "scale", {"role": role, "replicas": replicas})
-        return result
+        """Ask the job for ``replicas`` executors of ``role`` (a manual override of the autoscaler).
+
+        :param job: the job's name.
+        :param role: ``data``, ``trainer`` or ``evaluator``.
+        :param replicas: the number of executors wanted.
+        """
+        return self._call(job, lambda c: c.scale(role, replicas))
 
     async def ascale(self, job: str, role: str, replicas: int) -> dict[str, Any]:
-        result: dict[str, Any] = await self._arequest(
-            "POST", job, "scale", {"role": role, "replicas": replicas}
-        )
-        return result
+        """``scale`` for the event loop.
+
+        :param job: the job's name.
+        :param role: ``data``, ``trainer`` or ``evaluator``.
+        :param replicas: the number of executors wanted.
+        """
+        return await self._acall(job, lambda c: c.ascale(role, replicas))
 
     def append_window(self, job: str, start: str, end: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("POST", job, "windows", {"start": start, "end": end})
-        return result
+        """Append a historical window to a running job (the same window twice is kept once).
+
+        :param job: the job's name.
+        :param start: ISO 8601 start of the window.
+        :param end: ISO 8601 end of the window, exclusive.
+        """
+        return self._call(job, lambda c: c.append_window(start, end))
 
     async def aappend_window(self, job: str, start: str, end: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._arequest("POST", job, "windows", {"start": start, "end": end})
-        return result
+        """``append_window`` for the event loop.
+
+        :param job: the job's name.
+        :param start: ISO 8601 start of the window.
+        :param end: ISO 8601 end of the window, exclusive.
+        """
+        return await self._acall(job, lambda c: c.aappend_window(start, end))
 
     def savepoint(self, job: str, savepoint_id: str | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("POST", job, "savepoint", {"id": savepoint_id})
-        return result
+        """Ask the job for a savepoint (a checkpoint kept until deleted).
+
+        :param job: the job's name.
+        :param savepoint_id: the savepoint's name (default: one made up by the master).
+        """
+        return self._call(job, lambda c: c.savepoint(savepoint_id))
 
     async def asavepoint(self, job: str, savepoint_id: str | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = await self._arequest("POST", job, "savepoint", {"id": savepoint_id})
-        return result
+        """``savepoint`` for the event loop.
+
+        :param job: the job's name.
+        :param savepoint_id: the savepoint's name (default: one made up by the master).
+        """
+        return await self._acall(job, lambda c: c.asavepoint(savepoint_id))
 
     def stop_job(self, job: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("POST", job, "stop")
-        return result
+        """Ask the job's master to stop the job (it ends ``Stopped``).
+
+        :param job: the job's name.
+        """
+        return self._call(job, lambda c: c.stop())
 
     async def astop_job(self, job: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._arequest("POST", job, "stop")
-        return result
+        """``stop_job`` for the event loop.
+
+        :param job: the job's name.
+        """
+        return await self._acall(job, lambda c: c.astop())
 
     def test_connection(self) -> tuple[bool, str]:
         """The store must open; a configured fixed endpoint must answer."""
@@ -411,8 +507,9 @@ class PrimusHook(BaseHook):
             return False, f"cannot open the job store at {where}: {exc}"
         if self.settings["host"]:
             port = f":{self.settings['port']}" if self.settings["port"] else ""
-            try:
-                httpx.get(f"http://{self.settings['host']}{port}/v1/status", timeout=self.timeout_s)
-            except httpx.HTTPError as exc:
-                return False, f"control API not reachable: {exc}"
+            try:  # without a job there is no token: any answer, a 401 too, shows the API is there
+                ControlClient(f"http://{self.settings['host']}{port}", "", self.timeout_s).status()
+            except ControlError as exc:
+                if exc.status is None:
+                    return False, f"control API not reachable: {exc}"
         return True, f"job store {where}: {len(jobs)} job(s)"

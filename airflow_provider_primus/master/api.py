@@ -19,7 +19,8 @@ import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from airflow_provider_primus.spec.data import UtcDatetime
+from airflow_provider_primus.master.store import JobStore, modify
+from airflow_provider_primus.spec.base import UtcDatetime
 
 
 class Control(Protocol):
@@ -52,6 +53,51 @@ class WindowRequest(_Body):
 
 class SavepointRequest(_Body):
     id: str | None = None
+
+
+def merge_request(desired: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    """The job's ``desired`` with one request recorded: the loop acts on it at its next pass.
+    Generations (``scale_gen``, ``resize_gen``) make a repeated request a new one; a window already
+    there is not added twice."""
+    desired = dict(desired)
+    if "scale" in change:
+        desired["scale"] = {**desired.get("scale", {}), **change["scale"]}
+        desired["scale_gen"] = int(desired.get("scale_gen", 0)) + 1
+    if "window" in change:
+        windows = list(desired.get("windows", []))
+        if change["window"] not in windows:
+            windows.append(change["window"])
+        desired["windows"] = windows
+    if "resize" in change:
+        desired["resize"] = {**desired.get("resize", {}), **change["resize"]}
+        desired["resize_gen"] = int(desired.get("resize_gen", 0)) + 1
+    if "savepoint" in change:
+        desired["savepoints"] = [*desired.get("savepoints", []), change["savepoint"]]
+    for key in ("suspend", "stop"):
+        if key in change:
+            desired[key] = change[key]
+    return desired
+
+
+class JobControl:
+    """The API's side of the master: reads the job's status and events from the store and records
+    requests in its ``desired`` part, waking the reconcile loop."""
+
+    def __init__(self, store: JobStore, job: str, wake: threading.Event) -> None:
+        self.store, self.job, self.wake = store, job, wake
+
+    def status_view(self) -> dict[str, Any]:
+        status = dict(self.store.get(self.job).status)
+        status.pop("data_progress", None)  # the dispatcher's bookkeeping, large and for the master only
+        return status
+
+    def events_view(self, after: int, limit: int) -> list[dict[str, Any]]:
+        return [e.to_dict() for e in self.store.events(self.job, after, limit)]
+
+    def request(self, change: dict[str, Any]) -> dict[str, Any]:
+        record = modify(self.store, self.job, lambda r: merge_request(r.desired, change))
+        self.wake.set()
+        return {"accepted": True, "request": change, "version": record.version}
 
 
 def create_app(control: Control, token: str) -> FastAPI:

@@ -11,22 +11,20 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_primus.data.service.auth import new_token
+from airflow_provider_primus.credentials import new_token, read_token_file, write_token_file
 from airflow_provider_primus.master.store import JobRecord, JobStore, SqliteJobStore
 from airflow_provider_primus.paths import primus_home
+from airflow_provider_primus.process import primus_command
 from airflow_provider_primus.spec.errors import SpecError, SpecIssue
 from airflow_provider_primus.spec.job import PrimusJob, validate_job_spec
 from airflow_provider_primus.spec.loader import load_data_spec, load_training_spec, read_document
 from airflow_provider_primus.spec.training import check_against, default_training
-
-TERMINAL = ("Succeeded", "Failed", "Stopped")
 
 
 @dataclass(frozen=True)
@@ -55,7 +53,7 @@ def job_paths(name: str, home: Path | None = None) -> JobPaths:
 
 
 def read_token(name: str, home: Path | None = None) -> str:
-    return job_paths(name, home).token.read_text().strip()
+    return read_token_file(job_paths(name, home).token)
 
 
 def load_job(
@@ -163,11 +161,8 @@ def submit_document(
         if paths.root.exists() and not keep_files:
             shutil.rmtree(paths.root)
         paths.root.mkdir(parents=True, exist_ok=True)
-        paths.token.unlink(missing_ok=True)  # created anew: O_EXCL guarantees the 0600 mode
-        fd = os.open(paths.token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         token = token or new_token()
-        with os.fdopen(fd, "w") as f:
-            f.write(token)
+        write_token_file(paths.token, token)  # created anew, mode 0600
         store.provision(name, token, stored)  # Kubernetes: the token Secret, the documents ConfigMap
     except Exception:
         store.delete(name)  # no job without its token
@@ -202,7 +197,7 @@ def start_master(
     ``extra_args`` select another store (``--namespace``/``--kubeconfig``: a Kubernetes job)."""
     paths = job_paths(name, home)
     paths.root.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "airflow_provider_primus.cli.main", "master", name]
+    command = primus_command("master", name)
     if store_path is not None:
         command += ["--store", str(store_path)]
     command += extra_args or []

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from airflow_provider_primus.paths import primus_home
+from airflow_provider_primus.spec.status import Event as StatusEvent
+from airflow_provider_primus.spec.status import JobStatus
 
 
 class JobNotFound(KeyError):
@@ -48,6 +50,11 @@ class JobRecord:
     labels: dict[str, str] = field(default_factory=dict)
     created: float = 0.0
 
+    @property
+    def job_status(self) -> JobStatus:
+        """The status as the typed model every reader shares (spec/status.py)."""
+        return JobStatus.read(self.status)
+
 
 @dataclass(frozen=True)
 class Event:
@@ -58,6 +65,11 @@ class Event:
     message: str
     executor: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def event(self) -> StatusEvent:
+        """The typed event (its payload per type: ``.event.payload()``)."""
+        return StatusEvent.model_validate(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         return {

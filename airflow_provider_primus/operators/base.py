@@ -1,8 +1,10 @@
 """What every Primus operator shares: the hook, job naming, the job link, and deferring or polling.
 
-Deferrable by default; when no triggerer is running (the API server's health report says so) an
-operator polls in the worker instead of deferring into a queue nobody serves. Job names are derived
-from (dag_id, task_id, run_id) and stable across retries, which is what makes a retried task
+Deferrable when Airflow's ``[operators] default_deferrable`` says so (as the providers that ship with
+Airflow), or per task; when no triggerer is running (the API server's health report says so) a
+deferrable operator polls in the worker instead of deferring into a queue nobody serves. Either way
+the wait ends on the same condition with the same result: both ask ``outcome.py``. Job names are
+derived from (dag_id, task_id, run_id) and stable across retries, which is what makes a retried task
 reattach to the job its first try started instead of starting another.
 """
 
@@ -11,19 +13,24 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Mapping
+from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, conf
 
-from airflow_provider_primus.hooks.primus import PrimusHook
+from airflow_provider_primus.hooks.primus import JobRecord, PrimusHook
 from airflow_provider_primus.links.job import JOB_XCOM_KEY, PrimusJobLink, job_url
-from airflow_provider_primus.master.jobs import TERMINAL
-from airflow_provider_primus.master.store import JobRecord
+from airflow_provider_primus.operators.outcome import (
+    PrimusJobFailed,
+    end_event,
+    progress_line,
+    stops_job_on_kill,
+    task_result,
+    wait_event,
+)
 
-
-class PrimusJobFailed(RuntimeError):
-    """The job ended other than Succeeded; its message says why."""
+__all__ = ["PrimusBaseOperator", "PrimusJobFailed", "job_event", "job_name_for", "triggerer_available"]
 
 
 def job_name_for(*parts: str) -> str:
@@ -35,24 +42,16 @@ def job_name_for(*parts: str) -> str:
 
 
 def job_event(record: JobRecord) -> dict[str, Any]:
-    """A job's state as the event ``PrimusJobTrigger`` would have sent for it."""
-    status = record.status
-    phase = status.get("phase")
-    return {
-        "status": "success" if phase == "Succeeded" else "error",
-        "job": record.name,
-        "phase": phase,
-        "message": status.get("message") or "",
-        "progress": status.get("progress") or {},
-    }
+    """A job's state as the event ``PrimusJobTrigger`` would have sent for its end."""
+    return end_event(record.name, record.status)
 
 
 def triggerer_available() -> bool:
     """False only when the API server answers and reports no healthy triggerer."""
     import httpx
-    from airflow.configuration import conf
+    from airflow.configuration import conf as core_conf
 
-    base = conf.get("api", "base_url", fallback="") or ""
+    base = core_conf.get("api", "base_url", fallback="") or ""
     if not base:
         return True  # nothing to ask: assume the usual deployment (and dag.test() runs triggers inline)
     try:
@@ -63,13 +62,28 @@ def triggerer_available() -> bool:
 
 
 class PrimusBaseOperator(BaseOperator):
+    """The parameters every Primus job operator takes.
+
+    :param primus_conn_id: the ``primus`` connection.
+    :param deferrable: wait in the triggerer (default: Airflow's ``[operators] default_deferrable``);
+        without a healthy triggerer the operator polls in the worker instead.
+    :param poll_interval: seconds between two reads of the job while waiting.
+    :param backend: ``local`` or ``kubernetes`` (default: the connection's).
+    :param namespace: the Kubernetes namespace (default: the connection's).
+    :param kubernetes_conn_id: the cncf-kubernetes connection (default: the connection's).
+    """
+
     operator_extra_links = (PrimusJobLink(),)
+    # Whether this task's kill stops its job, and whether the job has no end of its own: the cancel
+    # policy's inputs (``outcome.stops_job_on_kill``).
+    owns_job = False
+    long_running = False
 
     def __init__(
         self,
         *,
         primus_conn_id: str = PrimusHook.default_conn_name,
-        deferrable: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 10.0,
         backend: str | None = None,
         namespace: str | None = None,
@@ -86,8 +100,9 @@ class PrimusBaseOperator(BaseOperator):
         self.backend = backend
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
+        self._job_name: str | None = None
 
-    @property
+    @cached_property
     def hook(self) -> PrimusHook:
         return PrimusHook(
             self.primus_conn_id,
@@ -109,24 +124,33 @@ class PrimusBaseOperator(BaseOperator):
         context["ti"].xcom_push(key=JOB_XCOM_KEY, value=name)
         context["ti"].xcom_push(key=PrimusJobLink().xcom_key, value=job_url(name))
 
-    def poll(self, name: str, done: Callable[[JobRecord], bool], report_every_s: float = 60.0) -> JobRecord:
-        from airflow_provider_primus.triggers.job import progress_line
-
+    def poll(
+        self, name: str, window: Mapping[str, str] | None = None, report_every_s: float = 60.0
+    ) -> dict[str, Any]:
+        """Wait in the worker as ``PrimusJobTrigger`` waits in the triggerer; returns the same event."""
         last = 0.0
         while True:
             record = self.hook.get_job(name)
-            if record is None:
-                raise PrimusJobFailed(f"no job named {name!r}")
-            if done(record) or record.status.get("phase") in TERMINAL:
-                return record
+            status = record.status if record is not None else None
+            event = wait_event(name, status, window)
+            if event is not None:
+                return event
+            assert status is not None  # a missing job is an event
             if time.monotonic() - last >= report_every_s:
-                self.log.info("job %s: %s", name, progress_line(record.status))
+                self.log.info("job %s: %s", name, progress_line(status))
                 last = time.monotonic()
             time.sleep(self.poll_interval)
 
-    def until_end(self, context: Any, name: str, report_every_s: float) -> dict[str, Any]:
-        """Wait for the job's end — deferred (resuming in ``execute_complete``) or polling — and
-        return what ``execute_complete`` makes of it."""
+    def wait_for(
+        self,
+        context: Any,
+        name: str,
+        *,
+        window: Mapping[str, str] | None = None,
+        report_every_s: float = 60.0,
+    ) -> dict[str, Any]:
+        """Wait for the job's end (or ``window``'s consumption) — deferred, resuming in
+        ``execute_complete``, or polling — and return what ``execute_complete`` makes of it."""
         from airflow_provider_primus.triggers.job import PrimusJobTrigger
 
         if self.should_defer():
@@ -134,31 +158,33 @@ class PrimusBaseOperator(BaseOperator):
                 trigger=PrimusJobTrigger(
                     name,
                     primus_conn_id=self.primus_conn_id,
+                    wait_for="window" if window is not None else "end",
+                    window=dict(window) if window is not None else None,
                     poll_interval=self.poll_interval,
                     report_every_s=report_every_s,
+                    stop_on_kill=self.owns_job,
+                    long_running=self.long_running,
                     hook_params=self.hook.hook_params,
                 ),
                 method_name="execute_complete",
             )
-        event = job_event(self.poll(name, lambda _r: False, report_every_s))
-        result: dict[str, Any] = self.execute_complete(context, event)  # type: ignore[attr-defined]
-        return result
+        return self.execute_complete(context, self.poll(name, window, report_every_s))
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        return self.outcome(event)
 
     def outcome(self, event: dict[str, Any]) -> dict[str, Any]:
-        """The trigger's event as the task's result, or the job's error. A job that succeeded with
-        quarantined tasks succeeds here too, with a warning and ``tasks_quarantined`` in the result
-        (XCom), so a downstream task can tell a pass that left data out from a complete one."""
-        from airflow_provider_primus.triggers.job import quarantine_summary
+        """The wait's event as the task's result (XCom), or the job's error: ``outcome.task_result``."""
+        return task_result(event, self.log, long_running=self.long_running)
 
-        if event.get("status") != "success":
-            raise PrimusJobFailed(
-                f"job {event.get('job')} {event.get('phase') or 'failed'}: {event.get('message') or ''}"
-            )
-        result = {k: v for k, v in event.items() if k in ("job", "phase", "progress", "window")}
-        if "progress" in event:
-            progress = event.get("progress") or {}
-            result["tasks_quarantined"] = int(progress.get("tasks_quarantined") or 0)
-            summary = quarantine_summary(progress)
-            if summary:
-                self.log.warning("job %s: %s", event.get("job"), summary)
-        return result
+    def on_kill(self) -> None:
+        """Killed while polling in the worker (a deferred task's kill reaches the trigger's
+        ``on_kill``): stop the job when the cancel policy says so."""
+        name = self._job_name
+        # The task's state is not read here (None): a batch job is stopped with its task, while the
+        # streaming job runs on for the retry that reattaches to it.
+        if name and stops_job_on_kill(
+            owns_job=self.owns_job, long_running=self.long_running, task_state=None
+        ):
+            self.log.info("task killed: cancelling job %s", name)
+            self.hook.cancel_job(name)

@@ -21,6 +21,13 @@ class PrimusWorkerNotReady(RuntimeError):
 
 
 class PrimusDoctorOperator(BaseOperator):
+    """Fail the task, naming what is missing, unless this worker can run Primus jobs; returns (XCom)
+    each check's result.
+
+    :param kafka_version: the Kafka distribution the embedded broker needs (templated).
+    :param cache_dir: the shared jar cache to check (templated; default: ``$PRIMUS_CACHE_DIR``).
+    """
+
     template_fields: Sequence[str] = ("kafka_version", "cache_dir")
     ui_color = "#d8e8f5"
 

@@ -1,5 +1,7 @@
 """Operators over Primus jobs: submit (or reattach), the long-running streaming trainer, appending a
-planned window to it, and manual scaling. Thin: they call the hook and defer to ``PrimusJobTrigger``.
+planned window to it, and manual scaling. Thin: they reach jobs through the hook only, wait through
+``PrimusBaseOperator.wait_for`` (deferred to ``PrimusJobTrigger``, or polling) and leave what an event
+means, and what a kill does, to ``outcome.py``.
 """
 
 from __future__ import annotations
@@ -11,17 +13,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_primus.master.jobs import TERMINAL
-from airflow_provider_primus.master.store import JobExists, JobRecord
-from airflow_provider_primus.operators.base import (
-    PrimusBaseOperator,
-    PrimusJobFailed,
-    job_event,
-    job_name_for,
-)
+from airflow_provider_primus.hooks.primus import JobExists
+from airflow_provider_primus.operators.base import PrimusBaseOperator, job_name_for
+from airflow_provider_primus.operators.outcome import PrimusJobFailed, end_event
 from airflow_provider_primus.spec.data import Window
 from airflow_provider_primus.spec.loader import read_document
-from airflow_provider_primus.triggers.job import PrimusJobTrigger, find_window
+from airflow_provider_primus.spec.status import TERMINAL
 
 
 def run_labels(dag_id: str, task_id: str, run_id: str) -> dict[str, str]:
@@ -50,10 +47,21 @@ class PrimusSubmitJobOperator(PrimusBaseOperator):
 
     ``backend="kubernetes"`` submits the job as a PrimusJob resource through the cncf-kubernetes
     ``KubernetesHook`` of ``kubernetes_conn_id`` (in ``namespace``) and, with ``start_master``, starts
-    the job's master as a driver pod."""
+    the job's master as a driver pod.
+
+    :param job: the PrimusJob document's path (templated).
+    :param name: the job's name (templated; default: derived from dag_id, task_id and run_id).
+    :param labels: more labels for the job (templated); ``airflow.dag_id/task_id/run_id`` are always set.
+    :param wait: wait for the job's end; otherwise the task ends once the job is submitted.
+    :param report_every_s: seconds between two progress lines in the task's log.
+    :param start_master: start the job's master (off: something else runs it).
+
+    And the parameters of ``PrimusBaseOperator``.
+    """
 
     template_fields: Sequence[str] = ("job", "name", "labels")
     ui_color = "#d4e3f1"
+    owns_job = True
 
     def __init__(
         self,
@@ -73,7 +81,6 @@ class PrimusSubmitJobOperator(PrimusBaseOperator):
         self.wait = wait
         self.start_master = start_master
         self.report_every_s = report_every_s
-        self._job_name: str | None = None
 
     def _name(self, context: Any) -> str:
         if self.name:
@@ -96,12 +103,12 @@ class PrimusSubmitJobOperator(PrimusBaseOperator):
         if record is not None and record.status.get("phase") == "Succeeded":
             self.log.info("job %s already succeeded (an earlier try): not running it again", name)
             self.push_job(context, name)
-            return self.outcome(job_event(record))
+            return self.outcome(end_event(name, record.status))
         if record is not None and record.status.get("phase") in TERMINAL:
             self.log.info(
                 "job %s ended %s in an earlier try: submitting it again", name, record.status["phase"]
             )
-            self.hook.store.delete(name)
+            hook.delete_job(name)
             record = None
         if record is None:
             try:
@@ -114,25 +121,28 @@ class PrimusSubmitJobOperator(PrimusBaseOperator):
         self.push_job(context, name)
         if not self.wait:
             return {"job": name}
-        return self.until_end(context, name, self.report_every_s)
-
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        return self.outcome(event)
-
-    def on_kill(self) -> None:
-        """Polling in the worker (not deferred): the task's kill stops (Kubernetes: deletes) the job."""
-        if self._job_name:
-            self.hook.cancel_job(self._job_name)
+        return self.wait_for(context, name, report_every_s=self.report_every_s)
 
 
 class PrimusStreamingTrainerOperator(PrimusBaseOperator):
     """Keep the long-running streaming trainer of a model alive: start it once, reattach on a retry
     or after a lost worker (the job is named after the model, never after the run), and defer for as
     long as the job lives, logging its freshness, AUC and throughput every ``report_every_s``. A job
-    that ended is started again and resumes from its checkpoints."""
+    that ended is started again and resumes from its checkpoints. A job stopped on purpose ends the
+    task successfully; a trigger merely moved to another triggerer never stops the job, a cancelled
+    task does.
+
+    :param job: the streaming PrimusJob document's path (templated).
+    :param model: the job's name (templated; default: the document's ``metadata.name``).
+    :param report_every_s: seconds between two progress lines in the task's log.
+
+    And the parameters of ``PrimusBaseOperator``.
+    """
 
     template_fields: Sequence[str] = ("job", "model")
     ui_color = "#f1e3d4"
+    owns_job = True
+    long_running = True
 
     def __init__(
         self, *, job: str, model: str | None = None, report_every_s: float = 300.0, **kwargs: Any
@@ -154,7 +164,7 @@ class PrimusStreamingTrainerOperator(PrimusBaseOperator):
                 name,
                 record.status["phase"],
             )
-            self.hook.store.delete(name)
+            self.hook.delete_job(name)
             record = None
         if record is None:
             try:
@@ -171,20 +181,31 @@ class PrimusStreamingTrainerOperator(PrimusBaseOperator):
                 self.log.info("streaming job %s was just started elsewhere: reattaching", name)
         else:
             self.log.info("streaming job %s is %s: reattaching", name, record.status.get("phase"))
+        self._job_name = name
         self.push_job(context, name)
-        return self.until_end(context, name, self.report_every_s)
+        return self.wait_for(context, name, report_every_s=self.report_every_s)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        if event.get("phase") == "Stopped":  # stopped on purpose: the trainer's task ends with it
+        result = self.outcome(event)
+        if result.get("phase") == "Stopped":  # stopped on purpose: the trainer's task ends with it
             self.log.info("streaming job %s was stopped", event.get("job"))
-            return {"job": event.get("job"), "phase": "Stopped"}
-        return self.outcome(event)
+        return result
 
 
 class PrimusAppendWindowOperator(PrimusBaseOperator):
     """Join the run's historical window to a running job, optionally waiting (deferred) until every
     task of the window is consumed. Appending the same window again is a no-op: the master keeps one
-    copy and task IDs are content-derived, so a re-run only waits."""
+    copy and task IDs are content-derived, so a re-run only waits. The job outlives the window: killing
+    this task never stops it.
+
+    :param job_name: the running job's name (templated).
+    :param start: ISO 8601 start of the window (templated; default: the run's data interval start).
+    :param end: ISO 8601 end, exclusive (templated; default: the run's data interval end).
+    :param wait: wait until every task of the window is consumed.
+    :param job_timeout_s: how long to wait for the job to be running before failing.
+
+    And the parameters of ``PrimusBaseOperator``.
+    """
 
     template_fields: Sequence[str] = ("job_name", "start", "end")
     ui_color = "#e8d4f1"
@@ -217,33 +238,7 @@ class PrimusAppendWindowOperator(PrimusBaseOperator):
         self.push_job(context, self.job_name)
         if not self.wait:
             return {"job": self.job_name, "window": {"start": start, "end": end}}
-        if self.should_defer():
-            self.defer(
-                trigger=PrimusJobTrigger(
-                    self.job_name,
-                    primus_conn_id=self.primus_conn_id,
-                    wait_for="window",
-                    window={"start": start, "end": end},
-                    poll_interval=self.poll_interval,
-                    stop_on_kill=False,  # the job outlives this window
-                    hook_params=self.hook.hook_params,
-                ),
-                method_name="execute_complete",
-            )
-
-        def consumed(record: JobRecord) -> bool:
-            found = find_window(record.status, start, end)
-            return bool(found and (found.get("consumed") or found.get("state") == "refused"))
-
-        record = self.poll(self.job_name, consumed)
-        found = find_window(record.status, start, end)
-        if found is None or not found.get("consumed"):
-            reason = (found or {}).get("reason") or record.status.get("message") or record.status.get("phase")
-            raise RuntimeError(f"window {start}..{end} was not consumed by {self.job_name}: {reason}")
-        return {"job": self.job_name, "window": found}
-
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        return self.outcome(event)
+        return self.wait_for(context, self.job_name, window={"start": start, "end": end})
 
     def _wait_for_job(self) -> None:
         """The streaming job may still be starting (its DAG run queued a moment after this one):
@@ -262,6 +257,15 @@ class PrimusAppendWindowOperator(PrimusBaseOperator):
 
 
 class PrimusScaleOperator(PrimusBaseOperator):
+    """Ask a running job for a number of executors of one role (a manual override of the autoscaler).
+
+    :param job_name: the running job's name (templated).
+    :param role: ``data``, ``trainer`` or ``evaluator`` (templated).
+    :param replicas: the number of executors wanted (templated).
+
+    And the parameters of ``PrimusBaseOperator``.
+    """
+
     template_fields: Sequence[str] = ("job_name", "role", "replicas")
 
     def __init__(self, *, job_name: str, role: str = "data", replicas: int | str, **kwargs: Any) -> None:

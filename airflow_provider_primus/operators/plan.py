@@ -27,6 +27,17 @@ def _safe(part: str) -> str:
 
 
 class PrimusPlanDataOperator(BaseOperator):
+    """Plan [start, end) of a PrimusData document into a task graph (Parquet); returns (XCom) its
+    summary: partitions, tasks, rows, missing partitions and the graph's path.
+
+    :param spec_path: the PrimusData document (templated).
+    :param start: ISO 8601 start of the window (templated; default: the run's data interval start).
+    :param end: ISO 8601 end, exclusive (templated; default: the run's data interval end).
+    :param cache_dir: where the plan cache and graphs live (templated; default: ``$PRIMUS_HOME``).
+    :param workers: listing threads (default: the planner's).
+    :param fail_on_missing: fail the task when a partition of the window is missing.
+    """
+
     template_fields: Sequence[str] = ("spec_path", "start", "end", "cache_dir")
     ui_color = "#e3f1d4"
 

@@ -33,7 +33,7 @@ from airflow_provider_primus.master.store import (
     SqliteJobStore,
     default_store_path,
 )
-from airflow_provider_primus.plugins import views
+from airflow_provider_primus.plugins import html, views
 from airflow_provider_primus.plugins.auth import airflow_access_dependency, login_url
 from airflow_provider_primus.plugins.history import History, Sampler
 from airflow_provider_primus.plugins.status import as_map, dig
@@ -144,8 +144,8 @@ def create_app(
             return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
         if exc.status_code == 401 and (target := login_url(request)) is not None:
             return RedirectResponse(target, status_code=303)
-        html = views.error_page(exc.status_code, str(exc.detail), base=_base(request))
-        return HTMLResponse(html, status_code=exc.status_code, headers=exc.headers)
+        body = html.error_page(exc.status_code, str(exc.detail), base=_base(request))
+        return HTMLResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     @app.get("/", dependencies=auth, include_in_schema=False)
     def root(request: Request) -> RedirectResponse:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_primus.master.store import Event, JobRecord, JobStore
-from airflow_provider_primus.plugins.status import TERMINAL_PHASES, as_map, dig, num
+from airflow_provider_primus.plugins.status import as_map, dig, num
+from airflow_provider_primus.spec.status import TERMINAL
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ class Sampler:
         if store is None:
             return
         for record in store.find():
-            if record.status.get("phase") not in TERMINAL_PHASES:
+            if record.status.get("phase") not in TERMINAL:
                 self.history.observe(record)
 
     def _loop(self) -> None:

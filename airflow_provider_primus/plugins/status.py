@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Stopped"})
+from pydantic import BaseModel
+
+from airflow_provider_primus.master.store import Event
 
 
 def num(value: Any) -> float | None:
@@ -28,3 +30,8 @@ def dig(obj: Any, *keys: str) -> Any:
 
 def as_map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def event_payload(event: Event) -> BaseModel:
+    """An event's typed payload (spec/status.py); one that does not fit its type reads as none."""
+    return event.event.payload()

@@ -17,18 +17,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_primus.data.sources.kafka import KafkaPlanError, consumer_lag
-from airflow_provider_primus.hooks.primus import PrimusHook
-from airflow_provider_primus.master.jobs import TERMINAL
-from airflow_provider_primus.master.store import JobRecord
-from airflow_provider_primus.spec.data import KafkaSource
+from airflow_provider_primus.hooks.primus import JobRecord, PrimusHook
 from airflow_provider_primus.spec.errors import SpecError
 from airflow_provider_primus.spec.loader import load_data_spec
+from airflow_provider_primus.spec.sources import KafkaSource
+from airflow_provider_primus.spec.status import TERMINAL
 
 
 def watermark_of(record: JobRecord) -> datetime | None:
@@ -50,6 +50,7 @@ class StreamFreshnessSensor(BaseSensorOperator):
     :param source: the Kafka source's name (templated); may be left out when the data has exactly one.
     :param max_lag_records: most uncommitted records allowed across the topic's partitions.
     :param max_event_lag_s: most seconds allowed between now and the job's watermark.
+    :param primus_conn_id: the ``primus`` connection (to read the job).
     :param kafka_timeout_s: bound on each broker round trip, so a down broker fails a poke quickly.
     """
 
@@ -87,6 +88,10 @@ class StreamFreshnessSensor(BaseSensorOperator):
         self.max_event_lag_s = max_event_lag_s
         self.primus_conn_id = primus_conn_id
         self.kafka_timeout_s = kafka_timeout_s
+
+    @cached_property
+    def hook(self) -> PrimusHook:
+        return PrimusHook(self.primus_conn_id)
 
     def _record(self, hook: PrimusHook) -> JobRecord:
         assert self.job is not None
@@ -130,8 +135,7 @@ class StreamFreshnessSensor(BaseSensorOperator):
         return found
 
     def poke(self, context: Any) -> PokeReturnValue:
-        hook = PrimusHook(self.primus_conn_id)
-        record = self._record(hook) if self.job else None
+        record = self._record(self.hook) if self.job else None
         measured: dict[str, Any] = {}
         fresh = True
         if self.max_lag_records is not None:

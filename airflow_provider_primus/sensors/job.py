@@ -4,23 +4,25 @@ For a job started by another DAG or by hand (``primus jobs submit``): the operat
 waits for it itself. Waiting for an end (``Succeeded``) defers to ``PrimusJobTrigger`` — the same
 trigger the operators use — with ``stop_on_kill=False``: this sensor does not own the job, so killing
 the sensor must not stop it. Waiting for a phase a job passes through (``Running``) polls instead: the
-trigger only reports ends.
+trigger only reports ends. Poking and the trigger's event are judged alike (``outcome.phase_result``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_primus.hooks.primus import PrimusHook
-from airflow_provider_primus.master.jobs import TERMINAL
-from airflow_provider_primus.triggers.job import PrimusJobTrigger, progress_line, quarantine_summary
+from airflow_provider_primus.operators.outcome import PrimusJobFailed, phase_result, progress_line
+from airflow_provider_primus.spec.status import TERMINAL, Phase
+from airflow_provider_primus.triggers.job import PrimusJobTrigger
 
 # The phases of docs/contracts.md (PrimusJob status); a misspelt phase would never match.
-PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed", "Stopped")
+PHASES = tuple(p.value for p in Phase)
 
 
 def _phases(name: str, phases: Iterable[str]) -> tuple[str, ...]:
@@ -42,7 +44,9 @@ class PrimusJobSensor(BaseSensorOperator):
     :param job: the job's name (templated).
     :param target_phases: phases that end the wait successfully.
     :param failure_phases: phases that fail the task.
-    :param deferrable: wait in the triggerer (only when every target phase is final).
+    :param primus_conn_id: the ``primus`` connection.
+    :param deferrable: wait in the triggerer (only when every target phase is final; default:
+        Airflow's ``[operators] default_deferrable``).
     """
 
     template_fields: Sequence[str] = ("job",)
@@ -55,7 +59,7 @@ class PrimusJobSensor(BaseSensorOperator):
         target_phases: Sequence[str] = ("Succeeded",),
         failure_phases: Sequence[str] = ("Failed", "Stopped"),
         primus_conn_id: str = PrimusHook.default_conn_name,
-        deferrable: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -70,27 +74,29 @@ class PrimusJobSensor(BaseSensorOperator):
         self.primus_conn_id = primus_conn_id
         self.deferrable = deferrable
 
+    @cached_property
+    def hook(self) -> PrimusHook:
+        return PrimusHook(self.primus_conn_id)
+
     def _outcome(
         self, phase: str | None, message: str, progress: dict[str, Any] | None = None
     ) -> dict[str, Any] | None:
         """The XCom value once the wait is over, None while it goes on; raises for a failure."""
-        if phase in self.target_phases:
-            summary = quarantine_summary(progress or {})
-            if summary:
-                self.log.warning("job %s %s: %s", self.job, phase, summary)
-            quarantined = int((progress or {}).get("tasks_quarantined") or 0)
-            return {"job": self.job, "phase": phase, "message": message, "tasks_quarantined": quarantined}
-        if phase in self.failure_phases:
-            raise AirflowException(f"job {self.job!r} {phase}: {message or 'no message'}")
-        if phase in TERMINAL:  # ended, but not as asked: it will never get there
-            raise AirflowException(
-                f"job {self.job!r} ended {phase} without reaching {'/'.join(self.target_phases)}: "
-                f"{message or 'no message'}"
+        try:
+            return phase_result(
+                self.job,
+                phase,
+                message,
+                progress,
+                target_phases=self.target_phases,
+                failure_phases=self.failure_phases,
+                log=self.log,
             )
-        return None
+        except PrimusJobFailed as exc:
+            raise AirflowException(str(exc)) from None
 
     def poke(self, context: Any) -> PokeReturnValue:
-        record = PrimusHook(self.primus_conn_id).get_job(self.job)
+        record = self.hook.get_job(self.job)
         if record is None:
             raise AirflowException(f"no job named {self.job!r}")
         status = record.status

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
 from airflow_provider_primus.data.readiness import ReadinessError, check_source, parse_time
@@ -34,7 +34,8 @@ class DataPartitionSensor(BaseSensorOperator):
     :param source: the files source's name (templated).
     :param start: ISO 8601 start of the range (templated; default: the run's data interval start).
     :param end: ISO 8601 end, exclusive (templated; default: the run's data interval end).
-    :param deferrable: wait in the triggerer instead of occupying a worker slot.
+    :param deferrable: wait in the triggerer instead of occupying a worker slot (default: Airflow's
+        ``[operators] default_deferrable``).
     """
 
     template_fields: Sequence[str] = ("spec_path", "source", "start", "end")
@@ -47,7 +48,7 @@ class DataPartitionSensor(BaseSensorOperator):
         source: str,
         start: str | datetime = DEFAULT_START,
         end: str | datetime = DEFAULT_END,
-        deferrable: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

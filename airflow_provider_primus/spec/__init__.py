@@ -4,27 +4,20 @@ Nothing here imports Airflow, Kafka clients or torch, so the CLI, the planner an
 validate a spec cheaply and identically.
 """
 
+from airflow_provider_primus.spec.base import Metadata, StrictModel
 from airflow_provider_primus.spec.data import (
     API_VERSION,
-    FileSource,
-    KafkaSource,
-    Label,
-    Metadata,
-    MissingPolicy,
     MixtureEntry,
     Planning,
     PrimusData,
-    Source,
-    SourceSchema,
     Spec,
-    StartPolicy,
-    StrictModel,
-    Transform,
     Window,
     validate_data_spec,
 )
 from airflow_provider_primus.spec.errors import SpecError, SpecIssue
 from airflow_provider_primus.spec.loader import data_spec_json_schema, load_data_spec, read_document
+from airflow_provider_primus.spec.schema import Label, SourceSchema, Transform
+from airflow_provider_primus.spec.sources import FileSource, KafkaSource, MissingPolicy, Source, StartPolicy
 
 __all__ = [
     "API_VERSION",

@@ -18,6 +18,7 @@ import copy
 from typing import Any
 
 from airflow_provider_primus.spec.job import TRAINER_MEMORY, PrimusJob, format_memory
+from airflow_provider_primus.spec.status import JobStatus
 
 GROUP = "primus.dev"
 VERSION = "v1alpha1"
@@ -193,18 +194,54 @@ DESIRED_SCHEMA: dict[str, Any] = {
     },
 }
 
-STATUS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "Written by the master only (status subresource).",
-    "x-kubernetes-preserve-unknown-fields": True,
-    "properties": {
-        "phase": {"type": "string"},
-        "message": {"type": "string"},
-        "selector": {"type": "string"},
-        "replicas": {"type": "object", "additionalProperties": {"type": "integer"}},
-        "roles": {"type": "string"},
-    },
-}
+
+def _free_form(node: Any) -> Any:
+    """Free-form maps (``dict[str, Any]``: a trainer's figures, an event's extra data) keep what they
+    hold: a structural schema says so with preserve-unknown-fields, not ``additionalProperties: true``."""
+    if isinstance(node, list):
+        return [_free_form(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    # Nothing is required: the master writes whole statuses, and the apiserver prunes the nulls of
+    # unset optional fields, which must not then read as a missing required field.
+    out = {k: _free_form(v) for k, v in node.items() if k != "required"}
+    if out.get("additionalProperties") is True:
+        del out["additionalProperties"]
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    elif out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    return out
+
+
+def _nullable(node: Any) -> Any:
+    """``X | None`` as X with ``nullable: true``: a status carries its nulls (an executor's unknown
+    exit code, a quarantined task's open end), where the spec's schema would rather prune them."""
+    if isinstance(node, list):
+        return [_nullable(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _nullable(v) for k, v in node.items()}
+    branches = out.get("anyOf")
+    if isinstance(branches, list) and any(b.get("type") == "null" for b in branches):
+        others = [b for b in branches if b.get("type") != "null"]
+        if len(others) == 1:
+            del out["anyOf"]
+            out = {**others[0], **out, "nullable": True}
+    return out
+
+
+def status_schema() -> dict[str, Any]:
+    """``status``, from the same model the master writes and every reader reads (spec/status.py).
+    Unknown fields are kept: a newer master may write more than this version knows."""
+    raw = _nullable(JobStatus.model_json_schema(by_alias=True, mode="serialization"))
+    schema: dict[str, Any] = _free_form(_structural(copy.deepcopy(raw), raw.get("$defs", {})))
+    schema.pop("$defs", None)
+    schema["description"] = "Written by the master only (status subresource)."
+    schema["x-kubernetes-preserve-unknown-fields"] = True
+    return schema
+
+
+STATUS_SCHEMA: dict[str, Any] = status_schema()
 
 
 def openapi_schema() -> dict[str, Any]:

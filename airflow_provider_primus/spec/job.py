@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, Strict, ValidationError, field_validator, model_validator
 
-from airflow_provider_primus.spec.data import Metadata, NonEmptyStr, PositiveFloat, PositiveInt, StrictModel
+from airflow_provider_primus.spec.base import Metadata, NonEmptyStr, PositiveFloat, PositiveInt, StrictModel
 from airflow_provider_primus.spec.errors import (
     SpecError,
     SpecIssue,

@@ -14,18 +14,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, Strict, ValidationError, model_validator
 
-from airflow_provider_primus.spec.data import (
+from airflow_provider_primus.spec.base import (
     ColumnName,
-    KafkaSource,
     Metadata,
     NonEmptyStr,
     PositiveFloat,
     PositiveInt,
-    PrimusData,
     SourceName,
     StrictModel,
-    Window,
 )
+from airflow_provider_primus.spec.data import PrimusData, Window
 from airflow_provider_primus.spec.errors import (
     SpecError,
     SpecIssue,
@@ -33,6 +31,7 @@ from airflow_provider_primus.spec.errors import (
     raise_issues,
     suggest,
 )
+from airflow_provider_primus.spec.sources import KafkaSource
 
 Mode = Literal["batch", "stream", "mixed"]
 Share = Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]

@@ -1,10 +1,11 @@
 """Data parallelism across trainer processes with torch.distributed (gloo on CPU).
 
-Every trainer holds a full replica. Each step all trainers exchange one small control vector (who
-still has data, rows trained, learning-rate weights, whether rank 0 wants a checkpoint), then sum
-their gradients — dense ones and the embeddings' sparse ones — so every replica applies the same
-update: the mean loss over the *global* step, whatever each trainer's share of it was. A trainer
-whose sources are finished keeps joining with zero gradients until every trainer is done.
+Every trainer holds a full replica. Each step all trainers exchange one small control vector (the
+``StepControl`` record of ``control.py``: who still has data, rows trained, learning-rate weights,
+whether rank 0 wants a checkpoint), then sum their gradients — dense ones and the embeddings' sparse
+ones — so every replica applies the same update: the mean loss over the *global* step, whatever
+each trainer's share of it was. A trainer whose sources are finished keeps joining with zero
+gradients until every trainer is done.
 
 With one trainer every method is the identity and nothing is initialised, so the single-process
 runtime pays nothing for this.

@@ -13,7 +13,7 @@ import collections
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -25,7 +25,20 @@ from airflow_provider_primus.data.service.loader import PrimusDataLoader
 from airflow_provider_primus.data.tensors import TensorBatch, take_rows
 from airflow_provider_primus.training.stream import StreamSource
 
-__all__ = ["FileFeed", "MemoryFeed", "StreamFeed"]
+__all__ = ["Feed", "FileFeed", "MemoryFeed", "StreamFeed"]
+
+
+class Feed(Protocol):
+    """The trainer's view of a source; ready-made ones (``MemoryFeed``) stand in for sources in benchmarks."""
+
+    name: str
+    stream: bool
+
+    def available(self, want: int) -> int: ...
+    def take(self, rows: int) -> list[TensorBatch]: ...
+    def exhausted(self) -> bool: ...
+    def state(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
 
 
 class FileFeed:

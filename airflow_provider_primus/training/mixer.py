@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MixPolicy", "SourcePolicy", "StepPlan"]
+from airflow_provider_primus.spec.data import MixtureEntry
+from airflow_provider_primus.spec.training import TrainingSpec
+
+__all__ = ["MixPolicy", "SourcePolicy", "StepPlan", "policy_for"]
 
 
 @dataclass(frozen=True)
@@ -129,3 +132,29 @@ class MixPolicy:
         self._carry.update({k: float(v) for k, v in state["carry"].items() if k in self._carry})
         self._window.clear()
         self._window.extend(dict(w) for w in state["window"])
+
+
+def policy_for(streams: Mapping[str, bool], mixture: Sequence[MixtureEntry], spec: TrainingSpec) -> MixPolicy:
+    """The policy for these feeds (name -> whether it is a stream, in feed order): weights and
+    priorities from the data's mixture, caps and the stream's share from the training spec; a source
+    the mixture does not name weighs 1.0 at priority 0."""
+    weights = {m.source: m for m in mixture}
+    policies = []
+    for name, stream in streams.items():
+        entry = weights.get(name)
+        control = spec.mixing.sources.get(name)
+        policies.append(
+            SourcePolicy(
+                name=name,
+                weight=entry.weight if entry else 1.0,
+                priority=entry.priority if entry else 0,
+                cap=control.cap if control else 1.0,
+                stream=stream,
+            )
+        )
+    return MixPolicy(
+        policies,
+        batch_size=spec.batch_size,
+        window_steps=spec.mixing.window_steps,
+        max_stream_share=spec.mixing.freshness.max_share,
+    )

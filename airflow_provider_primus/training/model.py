@@ -18,7 +18,14 @@ from typing import cast
 import torch
 from torch import nn
 
-__all__ = ["DLRM"]
+__all__ = ["DLRM", "device_for"]
+
+
+def device_for(choice: str) -> torch.device:
+    """The training spec's ``device``: ``auto`` takes a GPU when torch sees one."""
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
 
 
 def _linear(fan_in: int, fan_out: int, generator: torch.Generator) -> nn.Linear:

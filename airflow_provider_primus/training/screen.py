@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_primus.spec.data import SourceSchema
+from airflow_provider_primus.spec.schema import SourceSchema
 
 __all__ = ["EventRules", "arrow_kind", "json_kind"]
 

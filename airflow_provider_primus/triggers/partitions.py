@@ -28,7 +28,15 @@ from airflow_provider_primus.data.readiness import (
 class DataPartitionTrigger(BaseTrigger):
     """Yields ``{"status": "success", "partitions": [...]}`` once every partition of ``source`` in
     [start, end) is ready, or ``{"status": "error", "message", "missing": [...]}`` on timeout or when
-    the question is invalid (bad spec, unknown or non-files source, bad range: waiting cannot help)."""
+    the question is invalid (bad spec, unknown or non-files source, bad range: waiting cannot help).
+
+    :param spec_path: the PrimusData document (readable where the triggerer runs).
+    :param source: the files source's name.
+    :param start: ISO 8601 start of the range.
+    :param end: ISO 8601 end, exclusive.
+    :param poll_interval: seconds between two checks.
+    :param timeout_s: give up after this many seconds with the missing partitions (None: never).
+    """
 
     def __init__(
         self,

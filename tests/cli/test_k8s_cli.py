@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airflow_provider_primus.resources.kube_manifests import MASTER_ACCOUNT
+from airflow_provider_primus.kubernetes.manifests import MASTER_ACCOUNT
 from airflow_provider_primus.spec.crd import crd
 from tests.cli.test_jobs_cli import primus
 from tests.kube_env import KubeEnv

@@ -11,7 +11,7 @@ import torch
 
 from airflow_provider_primus.data.tensors import TensorBatch, to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer
-from airflow_provider_primus.spec.data import SourceSchema
+from airflow_provider_primus.spec.schema import SourceSchema
 
 SCHEMA = SourceSchema.model_validate(
     {

@@ -16,7 +16,7 @@ from airflow_provider_primus.data.transforms import (
     SchemaMismatchError,
     hash_ids,
 )
-from airflow_provider_primus.spec.data import SourceSchema
+from airflow_provider_primus.spec.schema import SourceSchema
 
 MASK = (1 << 64) - 1
 

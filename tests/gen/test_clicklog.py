@@ -22,19 +22,10 @@ from airflow_provider_primus.data.errors import CorruptFileError
 from airflow_provider_primus.data.model import FileSlice, Task
 from airflow_provider_primus.data.reader import read_task
 from airflow_provider_primus.data.transforms import BatchTransformer
-from airflow_provider_primus.gen import clicklog
-from airflow_provider_primus.gen.clicklog import (
-    SCHEMA,
-    World,
-    encode_events,
-    generate_day,
-    hash_buckets,
-    iter_stream,
-    produce_stream,
-    user_vectors,
-    write_data_spec,
-    write_history,
-)
+from airflow_provider_primus.gen import clicklog, files
+from airflow_provider_primus.gen.clicklog import SCHEMA, World, generate_day, user_vectors
+from airflow_provider_primus.gen.events import encode_events, iter_stream, produce_stream
+from airflow_provider_primus.gen.files import hash_buckets, write_data_spec, write_history
 from airflow_provider_primus.spec import load_data_spec
 
 START = datetime(2026, 2, 1, tzinfo=UTC)
@@ -291,7 +282,7 @@ def test_stream_events_decode_to_the_same_features_as_the_files() -> None:
                             "uri": "/x",
                             "path_template": "{date}",
                             "granularity": "day",
-                            "schema": clicklog._schema_section(SMALL),
+                            "schema": files._schema_section(SMALL),
                         }
                     ]
                 },
@@ -427,7 +418,7 @@ def test_cli_gen_writes_history_and_spec(tmp_path: Path, capsys: pytest.CaptureF
     assert summary["stream_messages"] is None
     assert summary["spec"] == str(out / "primus-data.yaml")
     spec = load_data_spec(out / "primus-data.yaml").spec
-    assert spec.source("events").bootstrap_servers == clicklog.DEFAULT_BOOTSTRAP
+    assert spec.source("events").bootstrap_servers == files.DEFAULT_BOOTSTRAP
     world = World.from_defaults(
         seed=3,
         start=datetime(2026, 3, 1, tzinfo=UTC),

@@ -8,7 +8,8 @@ import socket
 
 import pytest
 
-from airflow_provider_primus.hooks.primus import PrimusError, PrimusHook, derive_token
+from airflow_provider_primus.credentials import derive_token
+from airflow_provider_primus.hooks.primus import PrimusError, PrimusHook
 from airflow_provider_primus.master.jobs import read_token
 from airflow_provider_primus.master.store import modify
 from tests.master.conftest import JobWorld

@@ -15,9 +15,11 @@ import httpx
 import psutil
 import pytest
 
-from airflow_provider_primus.master.jobs import TERMINAL, read_token, start_master, submit, wait_for
+from airflow_provider_primus.master.client import ControlClient
+from airflow_provider_primus.master.jobs import read_token, start_master, submit, wait_for
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord, modify
+from airflow_provider_primus.spec.status import TERMINAL, LaunchPayload, Phase
 from tests.master.conftest import JobWorld, write_world
 from tests.training.conftest import T0
 
@@ -232,6 +234,13 @@ def test_control_api_requires_the_job_token(job_world: JobWorld) -> None:
         response = httpx.get(f"{url}/v1/status", headers=good)
         assert response.status_code == 200 and response.json()["phase"] in ("Pending", "Running")
         assert "data_progress" not in response.json()
+        typed = ControlClient(url, read_token("job")).job_status()  # the one status model, over HTTP
+        assert typed.phase in (Phase.PENDING, Phase.RUNNING) and typed.master is not None
+        assert typed.master.api == url
+        launched = [
+            e for e in ControlClient(url, read_token("job")).job_events() if e.type == "ExecutorLaunched"
+        ]
+        assert launched and all(isinstance(e.payload(), LaunchPayload) for e in launched)
         assert httpx.post(f"{url}/v1/stop", headers=good).status_code == 200
         record = until(job_world, ended)
     assert record.status["phase"] == "Stopped"
@@ -397,10 +406,7 @@ def test_the_final_status_holds_the_trainers_final_figures_and_answers_late_save
     assert (progress["trainer_step"], progress["trainer_rows"]) == (steps, job_world.rows)
     assert progress["trainer_report"]["final"] is True
     assert progress["trainer_metrics"]["steps"] == steps
-    assert record.status["savepoints"]["late"] == {
-        "state": "done",
-        "step": steps,
-        "checkpoint": f"ckpt-{steps:012d}.pt",
-    }
+    late = record.job_status.savepoints["late"]
+    assert (late.state, late.step, late.checkpoint) == ("done", steps, f"ckpt-{steps:012d}.pt")
     checkpoints = job_world.home / "jobs" / "job" / "train" / "checkpoints"
     assert (checkpoints / f"ckpt-{steps:012d}.pt").exists()

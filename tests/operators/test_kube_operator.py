@@ -12,9 +12,9 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_provider_primus.hooks.primus import PrimusHook
+from airflow_provider_primus.kubernetes.client import resource_path
 from airflow_provider_primus.operators.base import job_name_for
 from airflow_provider_primus.operators.job import PrimusSubmitJobOperator, label_value, run_labels
-from airflow_provider_primus.resources.kube_client import resource_path
 from airflow_provider_primus.spec.crd import API_VERSION, PLURAL
 from airflow_provider_primus.triggers.job import PrimusJobTrigger
 from tests.kube_env import SUBMITTER_USER, KubeEnv

@@ -12,12 +12,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from airflow_provider_primus.master.kube_store import KubeJobStore
+from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.master.store import SqliteJobStore, modify
 from airflow_provider_primus.plugins.app import create_app
 from airflow_provider_primus.plugins.charts import Series, line_chart, nice_ticks, timeline
 from airflow_provider_primus.plugins.history import History, Sampler, point_from_status
-from airflow_provider_primus.plugins.views import allotment_series, data_rows, window_label
+from airflow_provider_primus.plugins.scaling import allotment_series
+from airflow_provider_primus.plugins.views import data_rows, window_label
 from tests.kube_env import KubeEnv
 
 pytestmark = pytest.mark.filterwarnings("ignore::jwt.warnings.InsecureKeyLengthWarning")
@@ -47,6 +48,11 @@ def _executor(
         "reason": extra.pop("reason", None),
         **extra,
     }
+
+
+def launched(cpu: float, mib: int, **ref: Any) -> dict[str, Any]:
+    """An ExecutorLaunched payload as the master writes it (spec/status.py's LaunchPayload)."""
+    return {**ref, "cpu": cpu, "memory": mib * 2**20}
 
 
 def realistic_status(updated: float) -> dict[str, Any]:
@@ -111,6 +117,7 @@ def realistic_status(updated: float) -> dict[str, Any]:
             "tasks_done": 30,
             "tasks_quarantined": 0,
             "acked_rows": 1_234_567,
+            "sources": ["history"],
             "data_finished": False,
             "trainer_step": 9876,
             "trainer_rows": 1_200_000,
@@ -126,6 +133,7 @@ def realistic_status(updated: float) -> dict[str, Any]:
                 "new_tasks": 24,
                 "rows": 2_400_000,
                 "task_ids": DAY3_TASKS,
+                "sources": ["history"],
                 "tasks_done": 6,
                 "consumed": False,
             },
@@ -159,9 +167,15 @@ def realistic_status(updated: float) -> dict[str, Any]:
 def add_events(store: SqliteJobStore, job: str) -> None:
     store.add_event(job, "Submitted", "job submitted")
     store.add_event(
-        job, "ExecutorLaunched", "data-0 (incarnation 0): 1 CPU, 1024 MiB", "data-0", {"pid": 5001}
+        job,
+        "ExecutorLaunched",
+        "data-0 (incarnation 0): 1 CPU, 1024 MiB",
+        "data-0",
+        launched(1, 1024, pid=5001),
     )
-    store.add_event(job, "ExecutorLaunched", "trainer-0 (incarnation 0): 2 CPU, 4096 MiB", "trainer-0")
+    store.add_event(
+        job, "ExecutorLaunched", "trainer-0 (incarnation 0): 2 CPU, 4096 MiB", "trainer-0", launched(2, 4096)
+    )
     store.add_event(
         job,
         "ScaleDecision",
@@ -178,7 +192,9 @@ def add_events(store: SqliteJobStore, job: str) -> None:
             "signals": {"starvation": 0.41, "data_cpu": 0.93},
         },
     )
-    store.add_event(job, "ExecutorLaunched", "data-1 (incarnation 0): 1 CPU, 1024 MiB", "data-1")
+    store.add_event(
+        job, "ExecutorLaunched", "data-1 (incarnation 0): 1 CPU, 1024 MiB", "data-1", launched(1, 1024)
+    )
     store.add_event(
         job,
         "ScaleDecision",
@@ -187,16 +203,20 @@ def add_events(store: SqliteJobStore, job: str) -> None:
         {"action": "resize_cpu", "role": "trainer", "executor": "trainer-0", "before": 2.0, "after": 2.5},
     )
     store.add_event(job, "ExecutorFailed", "data-1 failed (memory limit); restarting", "data-1")
-    store.add_event(job, "ExecutorLaunched", "data-1 (incarnation 1): 1 CPU, 1024 MiB", "data-1")
+    store.add_event(
+        job, "ExecutorLaunched", "data-1 (incarnation 1): 1 CPU, 1024 MiB", "data-1", launched(1, 1024)
+    )
     store.add_event(
         job,
         "Resized",
         "data-1: cpu 1 -> 1.5, memory 1024 -> 1024 MiB",
         "data-1",
-        {"manual": True, "cpu": 1.5},
+        {"manual": True, "cpu": 1.5, "memory": 1024 * 2**20},
     )
     store.add_event(job, "ScaleRequested", "data: 2 -> 3 replicas", None, {"manual": True})
-    store.add_event(job, "ExecutorLaunched", "data-2 (incarnation 0): 1 CPU, 1024 MiB", "data-2")
+    store.add_event(
+        job, "ExecutorLaunched", "data-2 (incarnation 0): 1 CPU, 1024 MiB", "data-2", launched(1, 1024)
+    )
     store.add_event(job, "ExecutorRemoved", f"data-2 stopped {XSS}", "data-2")
     store.add_event(job, "WindowAppended", "window 2026-11-03..2026-11-04: 24 tasks (24 new)")
 

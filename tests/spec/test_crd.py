@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_primus.master.kube_store import KubeJobStore
+from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.spec.crd import CRD_NAME, crd, openapi_schema
 from airflow_provider_primus.spec.errors import SpecError
 from airflow_provider_primus.spec.job import MAX_REPLICAS, validate_job_spec

@@ -20,6 +20,8 @@ import pytest
 import yaml
 from kafka import KafkaProducer
 
+from airflow_provider_primus.spec.sources import KafkaSource
+
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 SCHEMA = {
     "sparse": ["user_id", "item_id"],
@@ -72,6 +74,34 @@ def to_json(table: pa.Table) -> list[bytes]:
     return out
 
 
+def kafka_source(
+    bootstrap: str, topic: str, *, schema: dict[str, Any] | None = None, **fields: Any
+) -> KafkaSource:
+    """The ``events`` source on ``topic``: the test worlds' schema (overridable) and any other field."""
+    return KafkaSource.model_validate(
+        {
+            "name": "events",
+            "type": "kafka",
+            "bootstrap_servers": bootstrap,
+            "topic": topic,
+            "event_time_field": "ts",
+            "start": {"policy": "earliest"},
+            **fields,
+            "schema": {**SCHEMA, **(schema or {})},
+        }
+    )
+
+
+def produce(bootstrap: str, topic: str, messages: list[bytes]) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    try:
+        for m in messages:
+            producer.send(topic, m)
+        producer.flush()
+    finally:
+        producer.close()
+
+
 @dataclass
 class World:
     root: Path
@@ -82,13 +112,7 @@ class World:
     spec_path: Path
 
     def produce(self, messages: list[bytes]) -> None:
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap)
-        try:
-            for m in messages:
-                producer.send(self.topic, m)
-            producer.flush()
-        finally:
-            producer.close()
+        produce(self.bootstrap, self.topic, messages)
 
     def produce_events(self, rows: int, seed: int, hour: int = 4) -> list[int]:
         table = events(self.next_id, rows, T0 + timedelta(hours=hour), seed)

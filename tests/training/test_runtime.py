@@ -275,7 +275,7 @@ def test_savepoints_are_acknowledged_cumulatively_one_checkpoint_for_many(tmp_pa
     from airflow_provider_primus.data.service.dispatcher import Dispatcher
     from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
     from airflow_provider_primus.training.mixer import MixPolicy, SourcePolicy
-    from airflow_provider_primus.training.runtime import SAVEPOINTS_REPORTED
+    from airflow_provider_primus.training.savepoints import SAVEPOINTS_REPORTED
     from tests.training.conftest import T0, history_source
 
     data = load_data_spec(

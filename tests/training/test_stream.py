@@ -16,11 +16,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer
 
-from airflow_provider_primus.spec.data import KafkaSource
+from airflow_provider_primus.spec.sources import KafkaSource
 from airflow_provider_primus.training.stream import StreamSource, dead_letter_topic
-from tests.training.conftest import SCHEMA, T0, events, to_json
+from tests.training.conftest import T0, events, kafka_source, produce, to_json
 
 BAD_ID = 100_000  # row ids of malformed events: none of them may be trained
 
@@ -33,17 +33,7 @@ _DROP = _Drop()
 
 
 def source(bootstrap: str, topic: str, **schema: Any) -> KafkaSource:
-    return KafkaSource.model_validate(
-        {
-            "name": "events",
-            "type": "kafka",
-            "bootstrap_servers": bootstrap,
-            "topic": topic,
-            "event_time_field": "ts",
-            "start": {"policy": "earliest"},
-            "schema": {**SCHEMA, **schema},
-        }
-    )
+    return kafka_source(bootstrap, topic, schema=schema)
 
 
 def good_events(first_id: int, rows: int, seed: int) -> list[bytes]:
@@ -104,16 +94,6 @@ def malformed() -> list[tuple[bytes, str]]:
         (b'"clicked"', "expected a JSON object"),
     ]
     return out
-
-
-def produce(bootstrap: str, topic: str, messages: list[bytes]) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    try:
-        for m in messages:
-            producer.send(topic, m)
-        producer.flush()
-    finally:
-        producer.close()
 
 
 def dead_letters(bootstrap: str, topic: str, expected: int) -> list[Any]:

@@ -11,37 +11,19 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
-from airflow_provider_primus.spec.data import KafkaSource
+from airflow_provider_primus.spec.sources import KafkaSource
 from airflow_provider_primus.training.stream import StreamOffsetLost, StreamSource
-from tests.training.conftest import SCHEMA, T0, events, to_json
+from tests.training.conftest import T0, events, kafka_source, produce, to_json
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def _source(bootstrap: str, topic: str, policy: str) -> KafkaSource:
-    return KafkaSource.model_validate(
-        {
-            "name": "events",
-            "type": "kafka",
-            "bootstrap_servers": bootstrap,
-            "topic": topic,
-            "event_time_field": "ts",
-            "start": {"policy": "earliest"},
-            "group_id": f"{topic}-g",
-            "offset_reset": policy,
-            "schema": SCHEMA,
-        }
-    )
+    return kafka_source(bootstrap, topic, group_id=f"{topic}-g", offset_reset=policy)
 
 
 def _produce(bootstrap: str, topic: str, rows: int) -> None:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    for message in to_json(events(0, rows, T0, seed=1)):
-        producer.send(topic, message)
-    producer.flush()
-    producer.close()
+    produce(bootstrap, topic, to_json(events(0, rows, T0, seed=1)))
 
 
 def _drain(src: StreamSource, want: int) -> list[int]:

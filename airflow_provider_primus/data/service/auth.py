@@ -1,21 +1,18 @@
 """Per-job token authentication for every Flight server of a job (dispatcher and data executors).
 
 The token travels in the ``authorization`` header of each call, is compared in constant time and is
-never logged; it reaches processes through the environment (``PRIMUS_JOB_TOKEN``) or a file, never
-through a command line that ``ps`` would show.
+never logged; how it is made and how it reaches a process (the environment or a file, never a command
+line that ``ps`` would show) is ``credentials.py``'s.
 """
 
 from __future__ import annotations
 
 import hmac
 import os
-import secrets
-from pathlib import Path
 from typing import Any
 
 from pyarrow import flight
 
-TOKEN_ENV = "PRIMUS_JOB_TOKEN"
 # A server bound to every interface (``0.0.0.0`` in a pod) tells its peers this address instead:
 # the Kubernetes backend sets it to the pod's IP through the downward API.
 ADVERTISE_ENV = "PRIMUS_ADVERTISE_HOST"
@@ -29,19 +26,6 @@ def advertised(host: str, port: int) -> str:
 
 
 HEADER = "authorization"
-
-
-def new_token() -> str:
-    return secrets.token_urlsafe(32)
-
-
-def load_token(token_file: Path | None = None) -> str:
-    if token_file is not None:
-        return token_file.read_text().strip()
-    token = os.environ.get(TOKEN_ENV, "")
-    if not token:
-        raise RuntimeError(f"no job token: set {TOKEN_ENV} or pass --token-file")
-    return token
 
 
 class _TokenMiddleware(flight.ServerMiddleware):  # type: ignore[misc]

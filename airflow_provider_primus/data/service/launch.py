@@ -11,8 +11,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_provider_primus.data.service.auth import TOKEN_ENV
-from airflow_provider_primus.process import stop_process_group, tied_to_launcher
+from airflow_provider_primus.credentials import TOKEN_ENV
+from airflow_provider_primus.process import primus_command, stop_process_group, tied_to_launcher
 
 
 class ExecutorStartError(RuntimeError):
@@ -49,7 +49,7 @@ def launch_executor(
     passthrough: tuple[str, ...] = (),
 ) -> ExecutorProcess:
     primus = Path(sys.executable).parent / "primus"
-    command = [str(primus)] if primus.exists() else [sys.executable, "-m", "airflow_provider_primus.cli.main"]
+    command = [str(primus)] if primus.exists() else primus_command()
     command += [
         "serve-data",
         str(spec_path),

@@ -18,61 +18,56 @@ Lifecycle guarantees, as for the embedded Kafka broker:
 * each child gets SIGTERM when the launching thread dies (``tied_to_launcher``), so a killed pytest
   leaves nothing behind; ``stop()`` ends kwok, scheduler, API server, etcd in that order and waits.
 
-Credentials are generated per start: a CA and serving certificate (ECDSA P-256, with 127.0.0.1 in the
-SANs so clients verify TLS instead of skipping it), the service-account signing key, and random
-static bearer tokens — ``admin`` in ``system:masters``, the scheduler as ``system:kube-scheduler``
-(bound by the API server's bootstrap RBAC), plus any users the caller names with their groups.
+Credentials and clients are in ``access.py``; the namespaces, nodes and pod waits that tests and
+benchmarks need are in ``objects.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import http.client
-import ipaddress
+import itertools
 import json
 import os
-import secrets
 import shutil
 import socket
 import ssl
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from airflow_provider_primus.embedded.kube import objects
+from airflow_provider_primus.embedded.kube.access import (
+    ADMIN,
+    LOOPBACK,
+    SCHEDULER_USER,
+    SERVICE_CIDR,
+    ClusterState,
+    KubeClusterError,
+    write_credentials,
+    write_token_file,
+)
 from airflow_provider_primus.embedded.kube.binaries import KubeBinaries
+from airflow_provider_primus.embedded.kube.objects import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE, NODE_IP_RANGE
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-LOOPBACK = "127.0.0.1"
-SERVICE_CIDR = "10.0.0.0/24"
 # kwok hands out pod IPs from here; its default (10.0.0.0/24) overlaps the service range and holds
 # only 254 pods.
 POD_CIDR = "10.244.0.0/16"
-NODE_IP_RANGE = ipaddress.ip_network("10.240.0.0/16")
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc"
-ADMIN = "admin"
-SCHEDULER_USER = "system:kube-scheduler"
-KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-KWOK_NODE_VALUE = "fake"
 # Read by the stages in stages.yaml.
 EXIT_CODE_ANNOTATION = "primus.dev/kwok-exit-code"
 RUN_DURATION_ANNOTATION = "primus.dev/kwok-run-duration"
 # Stopped in this order: clients of the API server first, etcd last.
 COMPONENTS = ("kwok", "kube-scheduler", "kube-apiserver", "etcd")
-
-
-class KubeClusterError(RuntimeError):
-    """A component could not start or a wait ran out; the message carries the relevant log tail."""
 
 
 def free_port() -> int:
@@ -88,178 +83,6 @@ def _free_ports(count: int) -> list[int]:
         if port not in ports:
             ports.append(port)
     return ports
-
-
-@dataclass(frozen=True)
-class ClusterState:
-    """How to reach a running cluster: enough to write kubeconfigs and build clients."""
-
-    server: str
-    ca_file: str
-    tokens: Mapping[str, str] = field(repr=False)  # user -> bearer token; kept out of reprs and logs
-    workdir: str
-    version: str
-    startup_seconds: float
-    component_seconds: Mapping[str, float] = field(default_factory=dict)
-
-    @property
-    def admin_token(self) -> str:
-        return self.tokens[ADMIN]
-
-    def token(self, user: str = ADMIN) -> str:
-        try:
-            return self.tokens[user]
-        except KeyError:
-            raise KubeClusterError(
-                f"no static token for user {user!r}; known: {sorted(self.tokens)}"
-            ) from None
-
-    def kubeconfig(self, user: str = ADMIN, path: Path | None = None) -> Path:
-        """Write a kubeconfig for ``user`` (bearer token, TLS verified against our CA); returns its path."""
-        target = path or Path(self.workdir) / "kubeconfigs" / f"{user.replace(':', '_')}.yaml"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        doc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {"name": "primus", "cluster": {"server": self.server, "certificate-authority": self.ca_file}}
-            ],
-            "users": [{"name": user, "user": {"token": self.token(user)}}],
-            "contexts": [{"name": "primus", "context": {"cluster": "primus", "user": user}}],
-            "current-context": "primus",
-        }
-        _write_private(target, yaml.safe_dump(doc, sort_keys=False))
-        return target
-
-    def api_client(self, user: str = ADMIN) -> ApiClient:
-        """A ``kubernetes.client.ApiClient`` for ``user``; the caller closes it (it is a context manager)."""
-        from kubernetes import client
-
-        cfg = client.Configuration()
-        cfg.host = self.server
-        # The whole header value under the pre-36 key: client 36 finds it by alias, older ones by
-        # name, and neither adds a prefix it looks up under a different key (36 would drop "Bearer").
-        cfg.api_key = {"authorization": f"Bearer {self.token(user)}"}
-        cfg.ssl_ca_cert = self.ca_file
-        cfg.verify_ssl = True
-        return client.ApiClient(cfg)
-
-
-# --- credentials ---------------------------------------------------------------------------------
-
-
-def _write_private(path: Path, data: str | bytes) -> None:
-    """Create (or truncate) ``path`` readable by its owner only, before any secret is in it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data.encode() if isinstance(data, str) else data)
-
-
-def _write_credentials(pki: Path) -> tuple[Path, Path, Path, Path, Path]:
-    """A CA, a serving certificate for the API server and the service-account key pair.
-
-    ECDSA P-256 throughout: generating RSA-2048 keys costs ~100 ms each in Python, EC keys a
-    fraction of a millisecond, and both the API server and every client accept them.
-    """
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    pki.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    not_before, not_after = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=365)
-
-    def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-        return key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "primus-embedded-kube-ca")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )  # fmt: skip
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [
-        x509.IPAddress(ipaddress.ip_address(LOOPBACK)),
-        x509.IPAddress(ipaddress.IPv4Network(SERVICE_CIDR)[1]),  # the `kubernetes` service IP
-        *(
-            x509.DNSName(name)
-            for name in (
-                "localhost",
-                "kubernetes",
-                "kubernetes.default",
-                "kubernetes.default.svc",
-                "kubernetes.default.svc.cluster.local",
-            )
-        ),
-    ]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    sa_key = ec.generate_private_key(ec.SECP256R1())
-    paths = (pki / "ca.crt", pki / "apiserver.crt", pki / "apiserver.key", pki / "sa.key", pki / "sa.pub")
-    ca_file, cert_file, key_file, sa_key_file, sa_pub_file = paths
-    ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(key_file, pem_key(key))
-    _write_private(sa_key_file, pem_key(sa_key))
-    sa_pub_file.write_bytes(
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    return paths
-
-
-def _write_token_file(path: Path, users: Mapping[str, Sequence[str]]) -> dict[str, str]:
-    """The API server's static token file (``token,user,uid,"group1,group2"``); returns user -> token."""
-    tokens: dict[str, str] = {}
-    lines = []
-    for user, groups in users.items():
-        if "," in user or '"' in user or any("," in g or '"' in g for g in groups):
-            raise ValueError(f"user and group names may not contain ',' or '\"': {user!r} {list(groups)}")
-        token = secrets.token_urlsafe(24)
-        tokens[user] = token
-        line = f"{token},{user},{user}"
-        if groups:
-            line += f',"{",".join(groups)}"'
-        lines.append(line)
-    _write_private(path, "\n".join(lines) + "\n")
-    return tokens
 
 
 # --- probes ----------------------------------------------------------------------------------------
@@ -318,7 +141,7 @@ class KubeCluster:
         self.extra_apiserver_args = list(extra_apiserver_args)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.state: ClusterState | None = None
-        self._nodes_created = 0
+        self._node_indices = itertools.count()  # nodes are numbered per cluster
 
     # --- lifecycle ---
 
@@ -353,9 +176,9 @@ class KubeCluster:
         etcd_port, peer_port, api_port, sched_port, kwok_port = _free_ports(5)
 
         pki = self.workdir / "pki"
-        ca_file, cert_file, key_file, sa_key, sa_pub = _write_credentials(pki)
+        ca_file, cert_file, key_file, sa_key, sa_pub = write_credentials(pki)
         users = {ADMIN: ["system:masters"], SCHEDULER_USER: [], **self.users}
-        tokens = _write_token_file(pki / "tokens.csv", users)
+        tokens = write_token_file(pki / "tokens.csv", users)
 
         data_dir = self.workdir / "etcd-data"
         if data_dir.exists():
@@ -555,22 +378,8 @@ class KubeCluster:
         return self._require_state().kubeconfig(user)
 
     def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
-        """The namespace and its ``default`` ServiceAccount (which the ServiceAccount admission
-        plugin requires of every pod, and which only kube-controller-manager would create)."""
-        from kubernetes.client import CoreV1Api
-        from kubernetes.client.exceptions import ApiException
-
-        with self.api_client() as api_client:
-            core = CoreV1Api(api_client)
-            for create, args in (
-                (core.create_namespace, ({"metadata": {"name": name, "labels": dict(labels or {})}},)),
-                (core.create_namespaced_service_account, (name, {"metadata": {"name": "default"}})),
-            ):
-                try:
-                    create(*args)
-                except ApiException as exc:
-                    if exc.status != 409:  # already there: creating is idempotent
-                        raise
+        """The namespace and its ``default`` ServiceAccount (see ``objects.create_namespace``)."""
+        objects.create_namespace(self._require_state(), name, labels)
 
     def add_nodes(
         self,
@@ -583,116 +392,24 @@ class KubeCluster:
         labels: Mapping[str, str] | None = None,
         timeout_s: float = 60.0,
     ) -> list[str]:
-        """Create ``count`` kwok-managed nodes (no taints, label ``type=kwok``) and wait until kwok
-        has made every one Ready. Names continue a per-cluster sequence: ``<prefix>-<n>``."""
-        from kubernetes.client import CoreV1Api
-
-        names: list[str] = []
-        resources_ = {"cpu": cpu, "memory": memory, "pods": str(pods), "ephemeral-storage": "1Ti"}
-        with self.api_client() as api_client:
-            core = CoreV1Api(api_client)
-            for _ in range(count):
-                index = self._nodes_created
-                self._nodes_created += 1
-                name = f"{prefix}-{index}"
-                body = {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {
-                        "name": name,
-                        "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE},
-                        "labels": {
-                            "type": "kwok",
-                            "kubernetes.io/hostname": name,
-                            "kubernetes.io/os": "linux",
-                            "kubernetes.io/arch": "amd64",
-                            **dict(labels or {}),
-                        },
-                    },
-                    "spec": {},
-                    "status": {
-                        "allocatable": resources_,
-                        "capacity": resources_,
-                        "addresses": [
-                            {"type": "InternalIP", "address": str(NODE_IP_RANGE[index + 2])},
-                            {"type": "Hostname", "address": name},
-                        ],
-                    },
-                }
-                core.create_node(body)
-                names.append(name)
-            wanted = set(names)
-            deadline = time.monotonic() + timeout_s
-            while True:
-                # Raw JSON: building V1Node objects costs ~1 ms each, too slow for 1,000-node benches.
-                listed = core.list_node(label_selector="type=kwok", _preload_content=False)
-                ready = {
-                    node["metadata"]["name"]
-                    for node in json.loads(listed.data)["items"]
-                    if any(
-                        c.get("type") == "Ready" and c.get("status") == "True"
-                        for c in node.get("status", {}).get("conditions") or []
-                    )
-                }
-                if wanted <= ready:
-                    return names
-                if time.monotonic() > deadline:
-                    raise KubeClusterError(
-                        f"nodes not Ready after {timeout_s:.0f}s: {sorted(wanted - ready)}\n"
-                        f"{self.log_tail('kwok')}"
-                    )
-                time.sleep(0.05)  # kwok patches the status within milliseconds
+        """Create ``count`` kwok-managed nodes and wait until every one is Ready; their names
+        continue this cluster's sequence: ``<prefix>-<n>``."""
+        return objects.add_nodes(
+            self._require_state(),
+            self._node_indices,
+            count,
+            cpu=cpu,
+            memory=memory,
+            pods=pods,
+            prefix=prefix,
+            labels=labels,
+            timeout_s=timeout_s,
+            kwok_log_tail=lambda: self.log_tail("kwok"),
+        )
 
     def wait_for_pod(
-        self,
-        namespace: str,
-        name: str,
-        condition: Callable[[Any], bool],
-        timeout_s: float = 30.0,
+        self, namespace: str, name: str, condition: Callable[[Any], bool], timeout_s: float = 30.0
     ) -> Any:
         """Watch one pod until ``condition(pod)`` holds and return that pod (a ``V1Pod``; ``None``
         once deleted, so ``lambda p: p is None`` waits for a deletion)."""
-        from kubernetes import watch
-        from kubernetes.client import CoreV1Api
-        from kubernetes.client.exceptions import ApiException
-
-        deadline = time.monotonic() + timeout_s
-        last: Any = None
-        with self.api_client() as api_client:
-            core = CoreV1Api(api_client)
-            while True:
-                pods = core.list_namespaced_pod(namespace, field_selector=f"metadata.name={name}")
-                last = pods.items[0] if pods.items else None
-                if condition(last):
-                    return last
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                watcher = watch.Watch()
-                try:
-                    for event in watcher.stream(
-                        core.list_namespaced_pod,
-                        namespace,
-                        field_selector=f"metadata.name={name}",
-                        resource_version=pods.metadata.resource_version,
-                        timeout_seconds=max(1, int(left)),
-                        _request_timeout=left + 5,
-                    ):
-                        if event["type"] == "ERROR":
-                            break  # e.g. 410 Gone: list again
-                        last = None if event["type"] == "DELETED" else event["object"]
-                        if condition(last):
-                            return last
-                        if time.monotonic() > deadline:
-                            break
-                except ApiException as exc:
-                    if exc.status != 410:
-                        raise
-                finally:
-                    watcher.stop()
-                if time.monotonic() > deadline:
-                    break
-        status = None if last is None else last.status
-        raise KubeClusterError(
-            f"pod {namespace}/{name}: condition not met within {timeout_s:.0f}s; last: {status}"
-        )
+        return objects.wait_for_pod(self._require_state(), namespace, name, condition, timeout_s)

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from airflow_provider_primus.credentials import new_token
 from airflow_provider_primus.data.graph import TaskGraph
 from airflow_provider_primus.data.planner import PlanOptions, plan
-from airflow_provider_primus.data.service.auth import new_token
 from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
 from airflow_provider_primus.data.service.launch import ExecutorProcess as ExecutorProcess_

@@ -1,6 +1,6 @@
 """The Kubernetes backend: executors are pods, resized in place through ``pods/resize``.
 
-It implements the executor contract of ``backend.py`` so the master, the dispatcher and the
+It implements the executor contract of ``resources/backend.py`` so the master, the dispatcher and the
 autoscaler are the same on a laptop and on a cluster. What is specific here:
 
 * **Identity.** A pod is named ``<job>-<role>-<index>-<incarnation>``: a create that the master
@@ -30,24 +30,30 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
-from airflow_provider_primus.resources.kube_client import (
+from airflow_provider_primus.credentials import TOKEN_ENV, token_env_from_secret
+from airflow_provider_primus.kubernetes.client import (
     STRATEGIC_PATCH,
-    Informer,
     KubeApi,
     KubeError,
     parse_time,
     resource_path,
 )
+from airflow_provider_primus.kubernetes.informer import Informer
+from airflow_provider_primus.kubernetes.manifests import (
+    LABEL_EXECUTOR,
+    LABEL_INCARNATION,
+    LABEL_INDEX,
+    LABEL_JOB,
+    LABEL_ROLE,
+    document_key,
+    documents_configmap,
+    documents_configmap_name,
+)
+from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
 
 log = logging.getLogger(__name__)
 
 CONTAINER = "executor"
-LABEL_JOB = "primus.dev/job"
-LABEL_ROLE = "primus.dev/role"
-LABEL_INDEX = "primus.dev/index"
-LABEL_INCARNATION = "primus.dev/incarnation"
-LABEL_EXECUTOR = "primus.dev/executor"
 DATA_PORT = 50051  # the data executor's Flight port inside its pod (readiness is probed on it)
 ORPHAN_GRACE_S = 30.0
 
@@ -60,23 +66,6 @@ def pod_name(job: str, role: str, index: int, incarnation: int) -> str:
     return f"{job}-{role}-{index}-{incarnation}"
 
 
-def token_secret_name(job: str) -> str:
-    return f"{job}-token"
-
-
-def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
-    """A reference to the PrimusJob resource: the garbage collector deletes what it owns."""
-    meta = job["metadata"]
-    return {
-        "apiVersion": job["apiVersion"],
-        "kind": job["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
 @dataclass
 class PodTemplate:
     """What every executor pod of a job shares."""
@@ -85,7 +74,7 @@ class PodTemplate:
     namespace: str
     image: str
     owner: dict[str, Any] | None = None
-    token_env: str = "PRIMUS_JOB_TOKEN"
+    token_env: str = TOKEN_ENV
     documents: dict[str, str] = field(default_factory=dict)  # local path → file content
     service_account: str | None = None
     python: str = "python"
@@ -164,14 +153,7 @@ class KubernetesBackend:
         variables: list[dict[str, Any]] = []
         for key, value in env.items():
             if key == self.t.token_env:
-                variables.append(
-                    {
-                        "name": key,
-                        "valueFrom": {
-                            "secretKeyRef": {"name": token_secret_name(self.t.job), "key": "token"}
-                        },
-                    }
-                )
+                variables.append(token_env_from_secret(self.t.job, key))
             else:
                 variables.append({"name": key, "value": value})
         variables.append(
@@ -354,31 +336,6 @@ class KubernetesBackend:
 
     def close(self) -> None:
         self.informer.stop()
-
-
-def document_key(i: int) -> str:
-    return f"document-{i}.yaml"
-
-
-def documents_configmap(
-    job: str, documents: Mapping[str, str], owner: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """The ConfigMap of a job's documents (path → text), keyed ``document-<i>.yaml`` in path order."""
-    meta: dict[str, Any] = {"name": documents_configmap_name(job), "labels": {LABEL_JOB: job}}
-    if owner:
-        meta["ownerReferences"] = [dict(owner)]
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": meta,
-        "data": {document_key(i): text for i, text in enumerate(documents.values())},
-    }
-
-
-def documents_configmap_name(job: str) -> str:
-    """The job's documents (data, training) as one ConfigMap, mounted into the master and every
-    executor at the paths the job names them by."""
-    return f"{job}-documents"
 
 
 def _created(meta: Mapping[str, Any]) -> float:

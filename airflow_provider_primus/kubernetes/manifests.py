@@ -1,4 +1,5 @@
-"""RBAC and the master's driver pod, as plain manifests (``primus k8s manifests`` prints them).
+"""The objects of a job on a cluster, as plain manifests: RBAC, the master's driver pod (``primus k8s
+manifests`` prints them), the documents ConfigMap, owner references and the labels they share.
 
 The master gets exactly what it uses, in its namespace: its PrimusJob objects and their status, the
 pods it launches (with ``pods/resize`` for in-place vertical scaling), events, the documents
@@ -9,11 +10,19 @@ and cancel jobs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from airflow_provider_primus.resources.kube import documents_configmap_name
+from airflow_provider_primus import __version__
 from airflow_provider_primus.spec.crd import CRD_NAME, GROUP, PLURAL
 
+DEFAULT_IMAGE = f"airflow-provider-primus:{__version__}"
+LABEL_JOB = "primus.dev/job"
+LABEL_ROLE = "primus.dev/role"
+LABEL_INDEX = "primus.dev/index"
+LABEL_INCARNATION = "primus.dev/incarnation"
+LABEL_EXECUTOR = "primus.dev/executor"
 MASTER_ACCOUNT = "primus-master"
 SUBMITTER_ROLE = "primus-submitter"
 CRD_READER = "primus-crd-reader"
@@ -95,7 +104,7 @@ def master_pod(
     meta: dict[str, Any] = {
         "name": f"{job}-master",
         "namespace": namespace,
-        "labels": {"primus.dev/job": job, "primus.dev/role": "master", **_PART_OF},
+        "labels": {LABEL_JOB: job, LABEL_ROLE: "master", **_PART_OF},
     }
     if owner:
         meta["ownerReferences"] = [owner]
@@ -127,7 +136,7 @@ def master_pod(
                         {
                             "name": "documents",
                             "mountPath": path,
-                            "subPath": f"document-{i}.yaml",
+                            "subPath": document_key(i),
                             "readOnly": True,
                         }
                         for i, path in enumerate(documents)
@@ -141,3 +150,48 @@ def master_pod(
             ],
         },
     }
+
+
+def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A reference to the PrimusJob resource: the garbage collector deletes what it owns."""
+    meta = job["metadata"]
+    return {
+        "apiVersion": job["apiVersion"],
+        "kind": job["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def job_documents(stored: Mapping[str, Any]) -> dict[str, str]:
+    """The documents a stored job references (absolute paths) and their text."""
+    spec = stored["spec"]
+    paths = [spec["data"], *([spec["training"]] if spec.get("training") else [])]
+    return {p: Path(p).read_text() for p in paths}
+
+
+def document_key(i: int) -> str:
+    return f"document-{i}.yaml"
+
+
+def documents_configmap(
+    job: str, documents: Mapping[str, str], owner: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The ConfigMap of a job's documents (path → text), keyed ``document-<i>.yaml`` in path order."""
+    meta: dict[str, Any] = {"name": documents_configmap_name(job), "labels": {LABEL_JOB: job}}
+    if owner:
+        meta["ownerReferences"] = [dict(owner)]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": {document_key(i): text for i, text in enumerate(documents.values())},
+    }
+
+
+def documents_configmap_name(job: str) -> str:
+    """The job's documents (data, training) as one ConfigMap, mounted into the master and every
+    executor at the paths the job names them by."""
+    return f"{job}-documents"

@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_primus.resources.kube_client import KubeApi, KubeError, resource_path
+from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resource_path
 
 FIELD_MANAGER = "primus"
 APPLY_PATCH = "application/apply-patch+yaml"

@@ -26,14 +26,16 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_primus.master.store import Conflict, Event, JobExists, JobNotFound, JobRecord
-from airflow_provider_primus.resources.kube_client import (
-    Informer,
-    KubeApi,
-    KubeError,
-    parse_time,
-    resource_path,
+from airflow_provider_primus.credentials import token_secret
+from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, parse_time, resource_path
+from airflow_provider_primus.kubernetes.informer import Informer
+from airflow_provider_primus.kubernetes.manifests import (
+    LABEL_JOB,
+    documents_configmap,
+    job_documents,
+    owner_reference,
 )
+from airflow_provider_primus.master.store import Conflict, Event, JobExists, JobNotFound, JobRecord
 from airflow_provider_primus.spec.crd import API_VERSION, KIND, PLURAL
 from airflow_provider_primus.spec.errors import SpecError, SpecIssue
 
@@ -304,10 +306,20 @@ class KubeJobStore:
             informer.stop()
 
     def provision(self, name: str, token: str, stored: Mapping[str, Any]) -> None:
-        """The job's token Secret and documents ConfigMap, owned by its resource."""
-        from airflow_provider_primus.master.kubernetes import job_documents, provision
-
-        provision(self, name, token, job_documents(stored))
+        """The job's token Secret and documents ConfigMap, owned by its resource (idempotent: a
+        resubmission replaces them). Pods read the token through ``secretKeyRef``; it never appears
+        in a pod spec, a log or XCom."""
+        owner = owner_reference(self.raw(name))
+        secret = token_secret(name, token, labels={LABEL_JOB: name}, owner=owner)
+        config = documents_configmap(name, job_documents(stored), owner)
+        for plural, body in (("secrets", secret), ("configmaps", config)):
+            path = resource_path("v1", plural, self.namespace)
+            try:
+                self.api.create(path, body)
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+                self.api.replace(f"{path}/{body['metadata']['name']}", body)
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -338,7 +350,7 @@ class KubeJobStore:
             "kind": "Event",
             "metadata": {
                 "name": f"{job}.{seq:x}",
-                "labels": {"primus.dev/job": job},
+                "labels": {LABEL_JOB: job},
                 "annotations": {
                     _SEQ: str(seq),
                     _DATA: json.dumps(dict(data or {})),
@@ -369,7 +381,7 @@ class KubeJobStore:
 
     def events(self, job: str, after: int = 0, limit: int = 1000) -> list[Event]:
         listing = self.api.get(
-            resource_path("v1", "events", self.namespace), labelSelector=f"primus.dev/job={job}"
+            resource_path("v1", "events", self.namespace), labelSelector=f"{LABEL_JOB}={job}"
         )
         out = []
         for e in listing.get("items", []):

@@ -1,5 +1,6 @@
 """The Kubernetes job store on a real apiserver: the JobStore contract the SQLite store keeps —
-optimistic concurrency on resourceVersion, watch (and resume after a dropped watch), events."""
+optimistic concurrency on resourceVersion, status and scale subresources, watch (from the
+informer's cache when informed), events."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_primus.master.kube_store import KubeJobStore
+from airflow_provider_primus.kubernetes.client import resource_path
+from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.master.store import Conflict, JobExists, JobNotFound, modify
-from airflow_provider_primus.resources.kube_client import Informer, resource_path
 from airflow_provider_primus.spec.crd import API_VERSION, PLURAL
 from tests.kube_env import KubeEnv
 
@@ -108,28 +109,6 @@ def test_an_informed_store_reads_from_its_watch_and_sees_other_writers(kube: Kub
     latest = modify(informed, "j", lambda r: {**r.desired, "suspend": True})
     assert latest.desired == {"stop": True, "suspend": True}
     informed.close()
-
-
-def test_an_informer_resumes_after_its_watch_ends(kube: KubeEnv) -> None:
-    """A watch the server ends (here after 1 s) resumes from the last version: no event is lost and
-    nothing is listed again."""
-    store = KubeJobStore(kube.api(), kube.namespace)
-    api = kube.api()
-    informer = Informer(api, store.collection, watch_timeout_s=1).start()
-    try:
-        for i in range(3):
-            record = store.create(f"j{i}", {**DOC, "metadata": {"name": f"j{i}"}})
-            assert informer.wait_for(lambda objs, n=f"j{i}": n in objs, timeout_s=20)
-            if i < 2:
-                restarts = informer.restarts
-                assert informer.wait_for(lambda _o, r=restarts: informer.restarts > r, timeout_s=20)
-        store.delete("j0")
-        assert informer.wait_for(lambda objs: "j0" not in objs, timeout_s=20)
-        assert sorted(informer.objects) == ["j1", "j2"]
-        assert informer.relists == 0 and informer.restarts >= 2
-        assert record.version > 0
-    finally:
-        informer.stop()
 
 
 def test_events_page_in_order(store: KubeJobStore) -> None:

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_primus.master.kube_store import KubeJobStore
-from airflow_provider_primus.resources import kube as kube_backend
+from airflow_provider_primus.kubernetes import pods as kube_backend
+from airflow_provider_primus.kubernetes.client import KubeApi, resource_path
+from airflow_provider_primus.kubernetes.manifests import owner_reference
+from airflow_provider_primus.kubernetes.pods import KubernetesBackend, PodTemplate
+from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.resources.backend import Allotment
-from airflow_provider_primus.resources.kube import KubernetesBackend, PodTemplate, owner_reference
-from airflow_provider_primus.resources.kube_client import KubeApi, resource_path
 from tests.kube_env import MASTER_USER, NO_RESIZE_USER, KubeEnv
 
 TOKEN = "s3cr3t-token-value-never-in-a-pod-spec"

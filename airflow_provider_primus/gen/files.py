@@ -1,0 +1,137 @@
+"""What ``primus gen`` leaves on disk: the history as Parquet day folders and the PrimusData document
+that reads the history and the stream.
+
+Separate from the world (``clicklog.py``): the layout, markers and spec change with the data layer's
+contracts, not with what the world generates.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+from airflow_provider_primus.gen.clicklog import World, generate_day
+
+__all__ = ["DEFAULT_BOOTSTRAP", "hash_buckets", "write_data_spec", "write_history"]
+
+# A spec needs a Kafka address even when no stream is produced yet; this is the embedded broker's
+# usual one, to be edited (or the stream produced) before the spec is used.
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def write_history(world: World, root: Path) -> list[Path]:
+    """Days ``0 .. history_days-1`` as ``root/history/{YYYY-MM-DD}/part-0.parquet`` + ``_SUCCESS``.
+
+    A stale marker from an earlier run is removed before its folder is rewritten, so a reader that
+    trusts markers never sees one next to a half-written file.
+    """
+    paths = []
+    for day in range(world.history_days):
+        folder = Path(root) / "history" / world.day_start(day).date().isoformat()
+        folder.mkdir(parents=True, exist_ok=True)
+        marker = folder / "_SUCCESS"
+        marker.unlink(missing_ok=True)
+        path = folder / "part-0.parquet"
+        # Page checksums: a reader verifying them (the data executors do) refuses flipped bytes
+        # instead of training on the plausible but wrong values they decode to.
+        pq.write_table(generate_day(world, day), path, write_page_checksum=True)
+        marker.write_bytes(b"")
+        paths.append(path)
+    return paths
+
+
+def _next_prime(n: int) -> int:
+    candidate = max(n, 2)
+    while any(candidate % d == 0 for d in range(2, math.isqrt(candidate) + 1)):
+        candidate += 1
+    return candidate
+
+
+def hash_buckets(world: World) -> tuple[int, int]:
+    """(user, item) bucket counts: the next prime above 5x the IDs the whole log will hold, so about 10%
+    of IDs share a bucket — collisions every training mode pays for equally."""
+    last = world.days - 1
+    return _next_prime(5 * world.users_on(last)), _next_prime(5 * world.items_on(last))
+
+
+def _schema_section(world: World) -> dict[str, Any]:
+    user_buckets, item_buckets = hash_buckets(world)
+    return {
+        "sparse": ["user_id", "item_id", "hour"],
+        "dense": ["user_activity", "item_price"],
+        "label": {"column": "clicked"},
+        "event_time": "ts",
+        "transforms": [
+            {"column": "user_id", "hash_bucket": user_buckets},
+            {"column": "item_id", "hash_bucket": item_buckets},
+            # 24 values; hashed (into a prime far above 24) so the embedded training defaults can size
+            # every table from the data document alone.
+            {"column": "hour", "hash_bucket": 10007},
+            {"column": "item_price", "fill": 0},
+        ],
+    }
+
+
+def _utc_text(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_data_spec(world: World, root: Path, *, bootstrap_servers: str, topic: str) -> Path:
+    """Write ``root/primus-data.yaml`` for this world's history and stream; validated before writing
+    so a bad topic or address fails here, not in the first job that reads it."""
+    from airflow_provider_primus.spec import validate_data_spec
+
+    root = Path(root)
+    document = {
+        "apiVersion": "primus.dev/v1alpha1",
+        "kind": "PrimusData",
+        "metadata": {"name": "clicklog"},
+        "spec": {
+            "window": {
+                "start": _utc_text(world.start),
+                "end": _utc_text(world.day_start(world.history_days)),
+            },
+            "ordered": True,
+            "sources": [
+                {
+                    "name": "history",
+                    "type": "files",
+                    "format": "parquet",
+                    "uri": (root.resolve() / "history").as_uri(),
+                    "path_template": "{date}",
+                    "granularity": "day",
+                    "success_marker": "_SUCCESS",
+                    "missing": {"policy": "fail"},
+                    "schema": _schema_section(world),
+                },
+                {
+                    "name": "events",
+                    "type": "kafka",
+                    "bootstrap_servers": bootstrap_servers,
+                    "topic": topic,
+                    "value_format": "json",
+                    "event_time_field": "ts",
+                    "start": {"policy": "earliest"},
+                    "schema": _schema_section(world),
+                },
+            ],
+            "mixture": [
+                {"source": "history", "weight": 0.5, "priority": 0},
+                {"source": "events", "weight": 0.5, "priority": 1},
+            ],
+        },
+    }
+    validate_data_spec(document)
+    header = (
+        f"# Generated by `primus gen` (seed {world.seed}): {world.history_days} history days from "
+        f"{world.start.date()}, {world.stream_days} stream days on topic {topic!r}.\n"
+    )
+    path = root / "primus-data.yaml"
+    root.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path

@@ -1,0 +1,99 @@
+"""A job on Kubernetes once submitted: its master (driver pod or process) and the token it reads.
+
+Submitting goes through the job store like everywhere else (``master/jobs.py``): the store creates
+the PrimusJob and then — owned by it, so deleting the job removes them — the token Secret and the
+documents ConfigMap (``KubeJobStore.provision``). What is specific to a cluster is here: starting the
+master as a driver pod (the Airflow hook and the CLI call ``start_master_pod``; neither builds pods
+itself), and the master itself — the same ``Master`` as on a laptop, given the informer-backed job
+store and the pod backend, running with the ServiceAccount and Role of ``manifests.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_primus.credentials import token_from_secret, token_secret_name
+from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resource_path
+from airflow_provider_primus.kubernetes.manifests import (
+    DEFAULT_IMAGE,
+    job_documents,
+    master_pod,
+    owner_reference,
+)
+from airflow_provider_primus.kubernetes.pods import KubernetesBackend, PodTemplate
+from airflow_provider_primus.kubernetes.store import KubeJobStore
+
+if TYPE_CHECKING:
+    from airflow_provider_primus.master.master import Master
+
+
+def read_token(api: KubeApi, namespace: str, name: str) -> str:
+    """The job's token from its Secret: for a master, or a client that did not submit the job."""
+    return token_from_secret(api.get(resource_path("v1", "secrets", namespace, token_secret_name(name))))
+
+
+def start_master_pod(store: KubeJobStore, name: str, image: str | None = None) -> dict[str, Any]:
+    """The job's master as a driver pod owned by the job (idempotent: an existing pod is returned).
+    The image: ``image``, else the job's ``backend.kubernetes.image``, else this version's."""
+    record = store.get(name)
+    kube = record.spec["spec"].get("backend", {}).get("kubernetes") or {}
+    pod = master_pod(
+        name,
+        store.namespace,
+        image or kube.get("image") or DEFAULT_IMAGE,
+        list(job_documents(record.spec)),
+        owner_reference(store.raw(name)),
+    )
+    try:
+        created: dict[str, Any] = store.api.create(resource_path("v1", "pods", store.namespace), pod)
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+        created = store.api.get(resource_path("v1", "pods", store.namespace, pod["metadata"]["name"]))
+    return created
+
+
+def backend_factory(api: KubeApi, store: KubeJobStore) -> Callable[[Master], KubernetesBackend]:
+    """Builds the master's backend once the master has read its job (image, namespace, policy)."""
+
+    def make(master: Master) -> KubernetesBackend:
+        spec = master.job.spec
+        kube = spec.backend.kubernetes
+        stored: Mapping[str, Any] = store.get(master.name).spec
+        template = PodTemplate(
+            job=master.name,
+            namespace=store.namespace,
+            image=(kube.image if kube and kube.image else DEFAULT_IMAGE),
+            owner=owner_reference(store.raw(master.name)),
+            documents=job_documents(stored),
+            service_account=kube.executor_service_account if kube else None,
+        )
+        return KubernetesBackend(
+            api,
+            template,
+            on_event=master.backend_event,
+            on_resize_refused=(kube.on_resize_refused if kube else "keep"),
+        )
+
+    return make
+
+
+def kube_master(
+    name: str, api: KubeApi, namespace: str, *, home: Path | None = None, tick_s: float = 0.5
+) -> Master:
+    # Imported here: the master pulls in the data service and the planner, which ``primus k8s`` and
+    # the Airflow hook (importers of this module) never need. Not a cycle: the master imports nothing
+    # of this package.
+    from airflow_provider_primus.master.master import Master
+
+    store = KubeJobStore(api, namespace, informer=True)
+    return Master(
+        name,
+        store,
+        home=home,
+        tick_s=tick_s,
+        token=read_token(api, namespace, name),
+        backend_factory=backend_factory(api, store),
+    )

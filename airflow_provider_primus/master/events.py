@@ -1,0 +1,92 @@
+"""The job's events as the master records them.
+
+Events are written by the reconcile loop only: the store has one writer per job. Other threads (the
+backend's watchdog) queue theirs, and the loop writes them at the start of its next pass. The newest
+few are kept for the status, which carries them so a reader sees recent history without a second
+request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from airflow_provider_primus.master.store import JobStore
+from airflow_provider_primus.spec.status import EventType, payload_model
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EventLog"]
+
+TAIL = 20  # events carried in the status
+
+
+class EventLog:
+    def __init__(self, store: JobStore, job: str) -> None:
+        self.store, self.job = store, job
+        self._tail: deque[dict[str, Any]] = deque(maxlen=TAIL)
+        self._queued: list[tuple[str, str, str | None, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+
+    def emit(
+        self,
+        type_: EventType,
+        message: str,
+        executor: str | None = None,
+        data: BaseModel | Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record an event now (the loop's thread). ``data`` must fit the type's payload model
+        (spec/status.py): readers rely on it, so a payload that does not fit is a bug found here."""
+        payload = payload_model(type_).model_validate(
+            data.model_dump(mode="json") if isinstance(data, BaseModel) else dict(data or {})
+        )
+        body = payload.model_dump(mode="json", exclude_none=True)
+        event = self.store.add_event(self.job, type_.value, message, executor, body)
+        self._tail.append(event.to_dict())
+        log.info("%s %s", type_.value, message)
+
+    def queue(self, type_: str, message: str, executor: str | None, data: dict[str, Any]) -> None:
+        """Record an event at the loop's next pass (any thread); types from outside the master (a
+        backend's) are checked then."""
+        with self._lock:
+            self._queued.append((type_, message, executor, data))
+
+    def flush(self) -> None:
+        with self._lock:
+            queued, self._queued = self._queued, []
+        for type_, message, executor, data in queued:
+            self._foreign(type_, message, executor, data)
+
+    def _foreign(self, type_: str, message: str, executor: str | None, data: Mapping[str, Any]) -> None:
+        """An event from a backend or a trainer: typed when its type is known, kept as it came
+        otherwise (a newer component's), never dropped."""
+        try:
+            known = EventType(type_)
+        except ValueError:
+            event = self.store.add_event(self.job, type_, message, executor, dict(data))
+            self._tail.append(event.to_dict())
+            return
+        self.emit(known, message, executor, data)
+
+    def from_trainer(
+        self, executor: str, incarnation: str, report: Mapping[str, Any], seen: dict[str, int]
+    ) -> None:
+        """Job events a trainer raised (stream outages, offset resets), each recorded once: its
+        reports repeat the newest ones with increasing ``seq``; ``seen`` (persisted with the status)
+        holds the last seq recorded per incarnation, so a restarted master does not record them again."""
+        last = int(seen.get(incarnation, 0))
+        for event in report.get("events") or []:
+            if int(event["seq"]) > last:
+                last = int(event["seq"])
+                self._foreign(
+                    str(event["type"]), str(event["message"]), executor, dict(event.get("data") or {})
+                )
+        seen[incarnation] = last
+
+    def tail(self) -> list[dict[str, Any]]:
+        return list(self._tail)

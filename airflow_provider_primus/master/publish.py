@@ -1,0 +1,121 @@
+"""Status publication: the master is the only writer of a job's status, and writes only what changed.
+
+An unchanged status is not written again until a heartbeat is due: on Kubernetes every write is an
+etcd revision, and an idle job must not cost requests per pass. The heartbeat (``updated``) tells
+readers the master is alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import psutil
+
+from airflow_provider_primus.master.dataservice import JobData
+from airflow_provider_primus.master.events import EventLog
+from airflow_provider_primus.master.executors import Executors
+from airflow_provider_primus.master.savepoints import Savepoints
+from airflow_provider_primus.master.scaling import Scaling
+from airflow_provider_primus.master.store import JobStore, modify
+from airflow_provider_primus.master.telemetry import Telemetry, usage
+from airflow_provider_primus.spec.status import JobStatus, Phase
+
+__all__ = ["MasterError", "StatusPublisher", "job_status", "refuse_second_master"]
+
+
+class MasterError(RuntimeError):
+    pass
+
+
+def refuse_second_master(job: str, master: Mapping[str, Any]) -> None:
+    """One writer per status: a master whose predecessor (by pid and start time) still runs stops."""
+    pid, created = master.get("pid"), master.get("pid_created")
+    if not pid or pid == os.getpid():
+        return
+    try:
+        same = abs(psutil.Process(int(pid)).create_time() - float(created or 0)) < 0.01
+    except psutil.Error:
+        return
+    if same:
+        raise MasterError(f"job {job!r} already has a running master (pid {pid})")
+
+
+HEARTBEAT_S = 10.0  # an unchanged status is rewritten this often (liveness for readers)
+
+
+class StatusPublisher:
+    def __init__(
+        self, store: JobStore, job: str, on_status: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
+        self.store, self.job, self.on_status = store, job, on_status
+        self._last: tuple[str, float] = ("", 0.0)
+
+    def failed(self, previous: Mapping[str, Any], message: str, executors: dict[str, Any]) -> None:
+        """A job that cannot start fails with its reason in the status it had (no heartbeat dedupe)."""
+        status = {
+            **previous,
+            "phase": "Failed",
+            "message": message,
+            "executors": executors,
+            "updated": time.time(),
+        }
+        modify(self.store, self.job, lambda _r: status, part="status")
+
+    def publish(self, model: JobStatus) -> bool:
+        """Write the status unless it equals the last one written less than a heartbeat ago."""
+        status = model.to_json()
+        fingerprint, now = json.dumps(status, sort_keys=True, default=str), time.monotonic()
+        if fingerprint == self._last[0] and now - self._last[1] < HEARTBEAT_S:
+            return False
+        status["updated"] = time.time()
+        modify(self.store, self.job, lambda _r: status, part="status")
+        self._last = (fingerprint, now)
+        if self.on_status is not None:
+            self.on_status(status)
+        return True
+
+
+def job_status(
+    *,
+    phase: Phase,
+    message: str,
+    suspended: bool,
+    master: dict[str, Any],
+    scaling: Scaling,
+    executors: Executors,
+    telemetry: Telemetry,
+    jobdata: JobData,
+    savepoints: Savepoints,
+    applied: dict[str, Any],
+    events: EventLog,
+    selector: str,
+) -> JobStatus:
+    """The job's status as the master's collaborators see it now."""
+    proc = psutil.Process()
+    recent = telemetry.latest()
+    views = {}
+    for n, e in sorted(executors.all.items()):
+        views[n] = {**e.to_dict(), "telemetry": usage(recent.get(n, []))}
+    return JobStatus.model_validate(
+        {
+            "phase": phase,
+            "message": message,
+            "suspended": suspended,
+            "master": {"pid": proc.pid, "pid_created": proc.create_time(), **master},
+            "replicas": scaling.replicas,
+            "selector": selector,
+            "roles": scaling.roles_summary(),
+            "executors": views,
+            "progress": jobdata.progress(telemetry.trainer_report),
+            "windows": jobdata.window_views(),
+            "savepoints": savepoints.state,
+            "decisions": [d.to_dict() for d in scaling.decisions],
+            "applied": applied,
+            "events": events.tail(),
+            "data_progress": jobdata.dispatcher.progress(),
+        }
+    )

@@ -1,0 +1,76 @@
+"""The one agreement trainers reach before each step: who is still active, the step's rows, the
+loss and learning-rate weights, and whether rank 0's timers call for a checkpoint or a snapshot.
+
+Every trainer contributes its own record, made from what it brings to the step (``LocalStep``); the
+element-wise sum over trainers (``Group.sum``, one all-reduce of a short float64 vector) is what each
+of them then acts on, so all take the same decisions. With one trainer the sum is the record itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass, fields
+
+from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.training.mixer import StepPlan
+from airflow_provider_primus.training.update import SourceWeights
+
+__all__ = ["LocalStep", "StepControl"]
+
+
+@dataclass
+class LocalStep:
+    """What this trainer brings to a step before the trainers agree on it."""
+
+    active: list[str]  # feeds not exhausted
+    parts: list[tuple[str, TensorBatch]]  # the rows taken, per source
+    mix: StepPlan | None  # the mixer's plan (None when no feed is active)
+    guard: bool  # the freshness guard held history back
+    lag: int
+    age: float
+    now: float  # monotonic, when the rows were taken: the timers' and the elapsed time's clock
+
+
+@dataclass(frozen=True)
+class StepControl:
+    """Summed over trainers, each field counts: trainers still active, rows in the step, rows trained
+    on, rows weighted by their learning-rate multiplier and by their loss weight, and whether the
+    leader wants a checkpoint / a published snapshot after this step (only rank 0 contributes those)."""
+
+    active: float
+    rows: float
+    trained_rows: float
+    lr_weighted: float
+    loss_weighted: float
+    checkpoint_due: float
+    publish_due: float
+
+    def to_vector(self) -> list[float]:
+        """The fields in declaration order: the all-reduce's wire format."""
+        return [float(v) for v in astuple(self)]
+
+    @classmethod
+    def from_vector(cls, values: Sequence[float]) -> StepControl:
+        if len(values) != len(fields(cls)):
+            raise ValueError(f"a step control vector has {len(fields(cls))} elements, got {len(values)}")
+        return cls(*(float(v) for v in values))
+
+    @classmethod
+    def of(
+        cls, step: LocalStep, weights: SourceWeights, *, checkpoint_due: bool, publish_due: bool
+    ) -> StepControl:
+        """This trainer's record for ``step`` (``*_due``: this trainer's timers, the leader's count)."""
+        trained = [
+            (weights.lr_multiplier(n), weights.loss_weight(n), len(b))
+            for n, b in step.parts
+            if weights.trains_on(n)
+        ]
+        return cls(
+            active=float(bool(step.active)),
+            rows=float(sum(len(b) for _, b in step.parts)),
+            trained_rows=float(sum(r for _, _, r in trained)),
+            lr_weighted=float(sum(m * r for m, _, r in trained)),
+            loss_weighted=float(sum(w * r for _, w, r in trained)),
+            checkpoint_due=float(checkpoint_due),
+            publish_due=float(publish_due),
+        )

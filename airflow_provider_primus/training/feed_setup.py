@@ -1,0 +1,169 @@
+"""Which feeds a trainer reads and how each is opened: its share of the planned file tasks (or the
+master's data service for a job's trainer) and its share of the topic's partitions.
+
+Separate from the loop: the split between trainers and the wiring to the data service change with the
+deployment, not with how steps are mixed and trained.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from kafka import KafkaConsumer
+
+from airflow_provider_primus.credentials import new_token
+from airflow_provider_primus.data.model import Task
+from airflow_provider_primus.data.planner import plan
+from airflow_provider_primus.spec.data import PrimusData
+from airflow_provider_primus.spec.sources import FileSource, KafkaSource
+from airflow_provider_primus.spec.training import TrainingSpec
+from airflow_provider_primus.training.distributed import Group
+from airflow_provider_primus.training.feeds import Feed, FileFeed, StreamFeed
+from airflow_provider_primus.training.fetch import EventSink
+from airflow_provider_primus.training.stream import StreamSource
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FeedOptions", "open_feeds", "participants", "share", "stream_partitions"]
+
+
+class FeedOptions(Protocol):
+    """The trainer options that decide how feeds open (``TrainOptions`` carries them)."""
+
+    passthrough: Sequence[str]
+    follow: bool
+    dispatcher: str | None
+    token: str | None
+    open_graph: bool
+    grace_s: float
+
+
+def participants(data: PrimusData, mode: str, stream_src: KafkaSource | None) -> list[str]:
+    """Sources this mode reads: batch mode still reads the stream, to score it."""
+    names = []
+    for s in data.spec.sources:
+        if s.type == "files" and mode in ("batch", "mixed"):
+            names.append(s.name)
+        if stream_src is not None and s.name == stream_src.name:
+            names.append(s.name)
+    return names
+
+
+def share(tasks: list[Task], rank: int, world: int) -> list[Task]:
+    """This trainer's tasks. Within each time group the largest tasks go first, each to the trainer
+    with the fewest rows so far: every trainer gets a slice of every hour or day and about the same
+    number of rows, whatever the task sizes. Deterministic, so every trainer computes the same split."""
+    if world == 1:
+        return tasks
+    load = [0] * world
+    mine: list[Task] = []
+    by_group: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_group.setdefault(t.group, []).append(t)
+    for group in sorted(by_group):
+        for t in sorted(by_group[group], key=lambda t: (-(t.rows or 0), t.task_id)):
+            owner = min(range(world), key=lambda r: (load[r], r))
+            load[owner] += t.rows or 1
+            if owner == rank:
+                mine.append(t)
+    return mine
+
+
+def stream_partitions(source: KafkaSource) -> list[int]:
+    consumer: Any = KafkaConsumer(bootstrap_servers=source.servers(), client_id="primus-meta")
+    try:
+        return sorted(consumer.partitions_for_topic(source.topic) or [])
+    finally:
+        consumer.close()
+
+
+def open_feeds(
+    into: dict[str, Feed],
+    data: PrimusData,
+    spec: TrainingSpec,
+    options: FeedOptions,
+    *,
+    names: list[str],
+    stream_src: KafkaSource | None,
+    columns: tuple[list[str], list[str]],
+    group: Group,
+    states: Mapping[str, Any],
+    spec_path: Callable[[], Path],
+    on_event: EventSink,
+) -> None:
+    """Open the feeds of ``names`` into ``into`` (so that whatever opened before a failure is closed
+    with the trainer). ``columns``: the sparse and dense feature columns; ``states``: the feeds'
+    checkpointed positions; ``spec_path``: the data document on disk for the data executors."""
+    sparse, dense = columns
+    files = [s for s in data.spec.sources if isinstance(s, FileSource) and s.name in names]
+    # With several trainers each hosts its own data service over a disjoint share of the tasks:
+    # no trainer ever waits on another's acknowledgements (an ordered graph's barriers would
+    # otherwise tie them together), and each keeps its own exact progress.
+    if files and options.dispatcher is not None:
+        if len(files) > 1:
+            raise ValueError("a job's trainer reads one files source through the master's data service")
+        into[files[0].name] = FileFeed.attach(
+            files[0].name,
+            options.dispatcher,
+            token=options.token or "",
+            sparse=sparse,
+            dense=dense,
+            passthrough=options.passthrough,
+            state=states.get(files[0].name),
+            open_graph=options.open_graph,
+            grace_s=options.grace_s,
+        )
+    elif files:
+        window = data.spec.window
+        if window is None:
+            raise ValueError("training on files sources needs spec.window in the data document")
+        graph = plan(data, window.start, window.end)
+        if graph.missing:
+            log.warning("missing partitions: %s", [m.path for m in graph.missing])
+        path = spec_path()
+        token = new_token()
+        for source in files:
+            source_tasks = [t for t in graph.tasks if t.source == source.name]
+            tasks = share(source_tasks, group.rank, group.world)
+            groups = {t.group for t in tasks}
+            edges = [e for e in graph.edges if e[0] in groups and e[1] in groups]
+            into[source.name] = FileFeed(
+                source.name,
+                tasks,
+                edges,
+                spec_path=path,
+                token=token,
+                sparse=sparse,
+                dense=dense,
+                passthrough=options.passthrough,
+                executors=spec.data_executors,
+                batch_rows=max(8192, spec.batch_size * 4),
+                state=states.get(source.name),
+            )
+    if stream_src is not None and stream_src.name in names:
+        state = states.get(stream_src.name)
+        mine = None
+        if group.world > 1:  # partition p belongs to trainer p mod world
+            count = len(stream_partitions(stream_src))
+            mine = [p for p in range(count) if p % group.world == group.rank]
+            if not mine:
+                return  # more trainers than partitions: this one trains on files only
+        offsets = (state or {}).get("offsets") or None  # none: nothing trained from it yet
+        src = StreamSource(
+            stream_src,
+            passthrough=options.passthrough,
+            start_offsets={int(p): int(o) for p, o in offsets.items()} if offsets else None,
+            bounded=not options.follow,
+            partitions=mine,
+            log_identity=(state or {}).get("log"),
+            on_event=on_event,
+        )
+        if state:
+            src.resume_counts(
+                dead_lettered=int(state["dead_lettered"]),
+                skipped_records=int(state.get("skipped_records", 0)),
+            )
+        into[stream_src.name] = StreamFeed(stream_src.name, src)

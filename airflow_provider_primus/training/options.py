@@ -1,0 +1,103 @@
+"""What a job's trainer executor is told when it is launched: the one definition of the `primus train`
+options a master sets.
+
+The master builds the trainer's command line from this record and `primus train` declares the same
+options from it, in this module, so a flag cannot be renamed or retyped on one side only (a
+round-trip test holds them together). `primus train` adds options of its own for standalone use
+(--mode, --fresh, --trainers); the job token comes from the environment, never the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["COMMAND", "TrainerExecutorOptions"]
+
+COMMAND = "train"
+
+
+@dataclass(frozen=True)
+class TrainerExecutorOptions:
+    spec: Path  # the PrimusData document
+    workdir: Path | None = None  # checkpoints and model snapshots
+    training: Path | None = None  # a PrimusTraining document (default: the embedded defaults)
+    follow: bool = False  # keep consuming the stream
+    max_steps: int | None = None
+    trace: Path | None = None  # one JSON line per step naming the rows it trained
+    passthrough: tuple[str, ...] = ()  # columns carried to the trace
+    json: bool = False  # the final metrics as one JSON line last
+    # Set by a job's master only (hidden from `primus train --help`):
+    dispatcher: str | None = None  # the master's data service: leases, telemetry, commands
+    executor_name: str = "trainer-0"
+    open_graph: bool = False  # the master may still append windows
+    grace_s: float = 0.0  # how long to wait for a restarting master
+
+    def argv(self) -> list[str]:
+        """The ``primus`` arguments that start this trainer (after the interpreter and module)."""
+        args = [COMMAND, str(self.spec)]
+        for flag, value in (
+            ("--workdir", self.workdir),
+            ("--training", self.training),
+            ("--max-steps", self.max_steps),
+            ("--trace", self.trace),
+            ("--dispatcher", self.dispatcher),
+        ):
+            if value is not None:
+                args += [flag, str(value)]
+        for flag, on in (("--follow", self.follow), ("--json", self.json), ("--open-graph", self.open_graph)):
+            if on:
+                args.append(flag)
+        args += ["--executor-name", self.executor_name, "--grace-s", str(self.grace_s)]
+        if self.passthrough:
+            args += ["--passthrough", *self.passthrough]
+        return args
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        defaults = TrainerExecutorOptions(Path("."))
+        parser.add_argument("spec", type=Path, help="the PrimusData document (YAML or JSON)")
+        parser.add_argument(
+            "--training", type=Path, help="a PrimusTraining document (default: the embedded defaults)"
+        )
+        parser.add_argument(
+            "--workdir", type=Path, help="checkpoints and model snapshots (default: a temp dir)"
+        )
+        parser.add_argument(
+            "--follow", action="store_true", help="keep consuming the stream until interrupted"
+        )
+        parser.add_argument(
+            "--max-steps", type=int, help="stop after this many steps (counted across resumes)"
+        )
+        parser.add_argument(
+            "--trace", type=Path, help="append one JSON line per step with the rows it trained (for audits)"
+        )
+        parser.add_argument(
+            "--passthrough", nargs="*", default=[], help="columns carried to --trace (e.g. an id)"
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="print the final metrics as one JSON line last"
+        )
+        # Set by a job's master when it launches this as the job's trainer executor.
+        parser.add_argument("--dispatcher", help=argparse.SUPPRESS)
+        parser.add_argument("--executor-name", default=defaults.executor_name, help=argparse.SUPPRESS)
+        parser.add_argument("--open-graph", action="store_true", help=argparse.SUPPRESS)
+        parser.add_argument("--grace-s", type=float, default=defaults.grace_s, help=argparse.SUPPRESS)
+
+    @classmethod
+    def from_namespace(cls, args: argparse.Namespace) -> TrainerExecutorOptions:
+        return cls(
+            spec=args.spec,
+            workdir=args.workdir,
+            training=args.training,
+            follow=args.follow,
+            max_steps=args.max_steps,
+            trace=args.trace,
+            passthrough=tuple(args.passthrough or ()),
+            json=args.json,
+            dispatcher=args.dispatcher,
+            executor_name=args.executor_name,
+            open_graph=args.open_graph,
+            grace_s=args.grace_s,
+        )

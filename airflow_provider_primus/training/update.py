@@ -1,0 +1,134 @@
+"""One step's update: score the rows, then train on those the mode trains on.
+
+Stream rows are scored *before* the update that trains on them (progressive validation), whatever
+the mode. The loss is the weighted mean over the *global* step (all trainers); the learning rate
+scales by the row-weighted mean of the sources' multipliers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.spec.training import SourceControl
+from airflow_provider_primus.training.distributed import Group
+from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
+from airflow_provider_primus.training.optim import Optimizers
+from airflow_provider_primus.training.summary import TrainMetrics
+
+__all__ = ["SourceWeights", "Updater"]
+
+
+@dataclass(frozen=True)
+class SourceWeights:
+    """How a source's rows count in an update: trained on or only scored, and with what loss weight
+    and learning-rate multiplier (the training spec's ``mixing.sources``)."""
+
+    mode: str
+    stream: str | None  # the stream source's name, if any
+    controls: Mapping[str, SourceControl]
+
+    def trains_on(self, name: str) -> bool:
+        """``batch`` mode scores the stream but never trains on it."""
+        stream = self.stream is not None and name == self.stream
+        return not stream or self.mode in ("stream", "mixed")
+
+    def loss_weight(self, name: str) -> float:
+        control = self.controls.get(name)
+        return control.loss_weight if control else 1.0
+
+    def lr_multiplier(self, name: str) -> float:
+        control = self.controls.get(name)
+        return control.lr_multiplier if control else 1.0
+
+
+def _concat(parts: list[tuple[str, TensorBatch]], device: torch.device) -> tuple[torch.Tensor, ...]:
+    sparse = torch.cat([b.sparse for _, b in parts]).to(device, non_blocking=True)
+    dense = torch.cat([b.dense for _, b in parts]).to(device, non_blocking=True)
+    labels = torch.cat([b.labels for _, b in parts]).to(device, non_blocking=True)
+    return sparse, dense, labels
+
+
+class Updater:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optim: Optimizers,
+        group: Group,
+        device: torch.device,
+        weights: SourceWeights,
+        *,
+        scores: ScoreLog,
+        freshness: Percentiles,
+        metrics: TrainMetrics,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        """``scores``, ``freshness`` and ``metrics`` are the trainer's own (restored in place from a
+        checkpoint); ``clock_ms`` is "now" for the freshness of trained rows."""
+        self.model, self.optim, self.group, self.device = model, optim, group, device
+        self.weights = weights
+        self.scores, self.freshness, self.metrics = scores, freshness, metrics
+        self.clock_ms = clock_ms
+
+    def step(
+        self,
+        parts: list[tuple[str, TensorBatch]],
+        *,
+        global_trained: float | None = None,
+        lr_weighted: float | None = None,
+        loss_weighted: float | None = None,
+    ) -> None:
+        """Score, then update. ``global_trained``, ``lr_weighted`` and ``loss_weighted`` are the
+        step's totals over all trainers (this trainer's own rows when not given)."""
+        w = self.weights
+        trained_rows = [(n, b) for n, b in parts if w.trains_on(n)]
+        local = sum(len(b) for _, b in trained_rows)
+        total = local if global_trained is None else global_trained
+        lr_sum = (
+            sum(w.lr_multiplier(n) * len(b) for n, b in trained_rows) if lr_weighted is None else lr_weighted
+        )
+        weight_sum = (
+            sum(w.loss_weight(n) * len(b) for n, b in trained_rows)
+            if loss_weighted is None
+            else loss_weighted
+        )
+        logits = None
+        self.model.train()
+        stream_name = w.stream
+        if parts:
+            sparse, dense, labels = _concat(parts, self.device)
+            logits = self.model(sparse, dense)
+            offset = 0
+            probs = torch.sigmoid(logits.detach()).float().cpu().numpy()
+            for n, b in parts:
+                if n == stream_name:  # progressive validation: scored before the update below
+                    self.scores.append(b.labels.numpy(), probs[offset : offset + len(b)])
+                    self.metrics.rows_scored += len(b)
+                offset += len(b)
+        if total > 0 and weight_sum > 0:
+            self.optim.zero_grad()
+            if logits is not None and local:
+                weights = torch.cat(
+                    [torch.full((len(b),), w.loss_weight(n) if w.trains_on(n) else 0.0) for n, b in parts]
+                ).to(self.device)
+                losses = torch.nn.functional.binary_cross_entropy_with_logits(
+                    logits, labels, reduction="none"
+                )
+                loss = (losses * weights).sum() / total
+                loss.backward()  # type: ignore[no-untyped-call]
+            self.group.sum_gradients(self.model)
+            self.optim.step(lr_scale=lr_sum / total)
+        for _, b in trained_rows:
+            if b.event_time_ms is not None and len(b):
+                self.metrics.watermark_ms = max(self.metrics.watermark_ms, int(b.event_time_ms.max()))
+        now_ms = self.clock_ms()
+        for n, b in parts:
+            if w.trains_on(n):
+                self.metrics.rows_trained[n] = self.metrics.rows_trained.get(n, 0) + len(b)
+                if n == stream_name and b.event_time_ms is not None:
+                    age = (now_ms - b.event_time_ms.numpy()).clip(min=0) / 1000.0
+                    self.freshness.add(age.astype(np.float64))

@@ -91,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
             cache.close()
     if show:
         print(file=sys.stderr)
+    for warning in graph.warnings:  # in the JSON too; here for a person reading the terminal
+        print(f"warning: {warning}", file=sys.stderr)
     summary = graph.summary()
     summary["wall_s"] = round(time.perf_counter() - t0, 3)
     if args.out:

@@ -100,11 +100,21 @@ class PlanCache:
 
 
 def encode_files(files: Iterable[FileInfo]) -> str:
-    return json.dumps([[f.path, f.size, f.rows, list(f.row_groups)] for f in files])
+    return json.dumps(
+        [
+            [f.path, f.size, f.rows, list(f.row_groups)] + ([list(f.event_time)] if f.event_time else [])
+            for f in files
+        ]
+    )
 
 
 def decode_files(encoded: str) -> tuple[FileInfo, ...]:
-    return tuple(FileInfo(p, s, r, tuple(g)) for p, s, r, g in json.loads(encoded))
+    """Files as encoded; a fifth element, the event-time range, is absent in older caches."""
+    out = []
+    for p, s, r, g, *rest in json.loads(encoded):
+        event_time = tuple(rest[0]) if rest and rest[0] else None
+        out.append(FileInfo(p, s, r, tuple(g), event_time))
+    return tuple(out)
 
 
 def encode_tasks(files: int, tasks: Iterable[Task]) -> str:

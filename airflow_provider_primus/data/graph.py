@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_provider_primus.data.event_time import EventTimeFinding
 from airflow_provider_primus.data.model import FileSlice, MissingPartition, Task
 
 _SLICE = pa.struct(
@@ -58,6 +59,7 @@ class SourceStats:
     missing_partitions: int = 0
     files: int = 0
     unreadable_files: int = 0
+    implausible_event_time_files: int = 0  # by the footers' statistics, in the declared unit
     tasks: int = 0
     rows: int = 0
     bytes: int = 0
@@ -72,7 +74,14 @@ class TaskGraph:
     edges: list[tuple[str, str]] = field(default_factory=list)  # (group before, group after)
     missing: list[MissingPartition] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # Sources whose files hold implausible event times (a unit mix-up, most often): warnings, since
+    # the rows can still be read and trained; the trainer counts such rows as it uses them.
+    event_times: list[EventTimeFinding] = field(default_factory=list)
     stats: dict[str, SourceStats] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [f.message() for f in self.event_times]
 
     def canonicalize(self) -> None:
         """One order for the same content, whatever order the thread pool finished in."""
@@ -80,6 +89,7 @@ class TaskGraph:
         self.edges.sort()
         self.missing.sort(key=lambda m: (m.source, m.time))
         self.problems.sort()
+        self.event_times.sort(key=lambda f: f.source)
 
     def totals(self) -> dict[str, int]:
         keys = asdict(SourceStats()).keys()
@@ -94,6 +104,7 @@ class TaskGraph:
             "edges": len(self.edges),
             "missing": [f"{m.source}:{m.path} ({m.reason})" for m in self.missing],
             "problems": self.problems,
+            "warnings": self.warnings,
             "sources": {name: asdict(s) for name, s in sorted(self.stats.items())},
         }
 
@@ -107,6 +118,7 @@ class TaskGraph:
             "edges": self.edges,
             "missing": [[m.source, m.time.isoformat(), m.path, m.reason] for m in self.missing],
             "problems": self.problems,
+            "event_times": [f.as_dict() for f in self.event_times],
             "stats": {k: asdict(v) for k, v in self.stats.items()},
         }
         schema = TASK_SCHEMA.with_metadata({b"primus.task_graph": json.dumps(meta).encode()})
@@ -127,6 +139,7 @@ class TaskGraph:
             edges=[(a, b) for a, b in meta["edges"]],
             missing=[MissingPartition(s, datetime.fromisoformat(t), p, r) for s, t, p, r in meta["missing"]],
             problems=list(meta["problems"]),
+            event_times=[EventTimeFinding.from_dict(f) for f in meta.get("event_times", [])],
             stats={k: SourceStats(**v) for k, v in meta["stats"].items()},
         )
         graph.tasks = list(iter_tasks(path))

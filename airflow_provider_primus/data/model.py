@@ -19,6 +19,10 @@ class FileInfo:
     size: int
     rows: int | None = None  # known for Parquet (footer); None for CSV / JSON lines
     row_groups: tuple[int, ...] = ()  # rows per row group (Parquet)
+    # The event-time column's range from the footer's statistics, (column, kind, low, high): kind
+    # "int" for raw integers (their unit is the schema's), "ms" for timestamps and ISO strings. Only a
+    # plausibility check reads it, so it takes no part in a file's identity.
+    event_time: tuple[str, str, float, float] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from airflow_provider_primus.data.cache import (
     fingerprint,
 )
 from airflow_provider_primus.data.errors import CorruptFileError, PlanCancelled
+from airflow_provider_primus.data.event_time import check_ranges
 from airflow_provider_primus.data.graph import SourceStats, TaskGraph
 from airflow_provider_primus.data.iopool import Lane
 from airflow_provider_primus.data.model import FileInfo, FilePartition, MissingPartition, Task, task_id
@@ -76,6 +77,17 @@ class _Pending:
 _STARTING_WAIT_S = 0.0005
 
 
+def _statistics_column(source: Any) -> str | None:
+    """The event-time column a Parquet footer's statistics can judge: none for other formats (no
+    footer) or when a transform changes the column (the statistics describe the raw values)."""
+    event_time = source.schema_.event_time
+    if source.type != "files" or source.format != "parquet" or event_time is None:
+        return None
+    if any(t.column == event_time.column for t in source.schema_.transforms):
+        return None
+    return str(event_time.column)
+
+
 def _source_fingerprint(source: Any) -> str:
     return fingerprint(
         source.uri, source.path_template, source.format, source.granularity, str(source.success_marker)
@@ -102,6 +114,17 @@ def plan(
         s.name: fingerprint(s.name, str(target), str(min_rows), str(priorities.get(s.name, 0)))
         for s in spec.sources
     }
+    # Event-time ranges per source from the footers' statistics: (path, kind, low, high).
+    checked = {s.name: c for s in spec.sources if (c := _statistics_column(s)) is not None}
+    ranges: dict[str, list[tuple[str, str, float, float]]] = {name: [] for name in checked}
+
+    def note_ranges(source: str, files: tuple[FileInfo, ...]) -> None:
+        column = checked.get(source)
+        if column is None:
+            return
+        for f in files:
+            if f.event_time is not None and f.event_time[0] == column:
+                ranges[source].append((f.path, f.event_time[1], f.event_time[2], f.event_time[3]))
 
     def add_tasks(source: str, tasks: list[Task]) -> None:
         stats = graph.stats[source]
@@ -125,6 +148,7 @@ def plan(
         )
         to_cache.append((fp, part.time, part.files, sizing[part.source], tasks))
         add_partition(part.source, part.time, len(part.files), tasks, cached)
+        note_ranges(part.source, part.files)
 
     def finish_pending(p: _Pending) -> None:
         files = tuple(sorted(p.infos.values(), key=lambda f: f.path))
@@ -140,6 +164,8 @@ def plan(
             entry.tasks, source=name, group=group_key(name, t), priority=priorities.get(name, 0), time=t
         )
         add_partition(name, t, files, tasks, cached=True)
+        if name in checked:  # the tasks alone do not carry the statistics
+            note_ranges(name, decode_files(entry.files))
 
     with Lane(workers) as lane:
         total = 0
@@ -245,8 +271,9 @@ def plan(
                     else:
                         pending.waiting = len(result)
                         fmt = pending.source.format
+                        column = checked.get(pending.source.name)
                         for entry in result:
-                            lane.submit(("footer", (pending, entry)), describe_file, fs, entry, fmt)
+                            lane.submit(("footer", (pending, entry)), describe_file, fs, entry, fmt, column)
                 report()
         except BaseException:
             opts.cancel.set()  # wakes partitions waiting under policy 'wait'
@@ -254,6 +281,13 @@ def plan(
 
     if opts.cache is not None and to_cache:
         opts.cache.put_many(to_cache)
+    for source in spec.sources:
+        if source.name not in checked:
+            continue
+        finding = check_ranges(source.name, source.schema_.event_time, ranges[source.name])
+        if finding is not None:
+            graph.event_times.append(finding)
+            graph.stats[source.name].implausible_event_time_files = finding.implausible
     if spec.ordered:
         for source, times in groups.items():
             keys = sorted(set(times))

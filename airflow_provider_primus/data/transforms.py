@@ -27,8 +27,10 @@ Conventions, fixed here so batch and stream agree:
   default) leaves the row out of the output and reports its index (``transform``), ``fail`` raises
   ``MissingLabelError``. A ``fill`` on the label column is a declared value and applies first. (The
   stream dead-letters such a message before it gets here.)
-- ``event_time`` accepts timestamp columns (naive ones are taken as UTC), integers as epoch
-  **milliseconds**, and ISO 8601 strings (with an offset, or naive and taken as UTC).
+- ``event_time`` accepts timestamp columns (naive ones are taken as UTC), integers in the schema's
+  declared unit (``s``, ``ms``, ``us``, ``ns``; **milliseconds** when none is declared), and ISO 8601
+  strings (with an offset, or naive and taken as UTC). Whether the times are plausible is not judged
+  here (``event_time.py``): a row is not wrong for being old, and the trainer counts such rows.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_primus.data.event_time import UNIT_NAMES, fitting_units
 from airflow_provider_primus.spec.schema import SourceSchema, Transform
 
 __all__ = [
@@ -279,7 +282,8 @@ class BatchTransformer:
         if label.op is None and (not _castable(found, pa.float32()) or _temporal(found)):
             raise SchemaMismatchError(path, label.column, f"label must be numeric (0/1); found type {found}")
         if self.schema.event_time is not None:
-            found = final[self.schema.event_time]
+            column = self.schema.event_time.column
+            found = final[column]
             if not (
                 pa.types.is_timestamp(found)
                 or pa.types.is_integer(found)
@@ -289,9 +293,9 @@ class BatchTransformer:
             ):
                 raise SchemaMismatchError(
                     path,
-                    self.schema.event_time,
-                    f"event time must be a timestamp, epoch milliseconds or an ISO 8601 string; "
-                    f"found type {found}",
+                    column,
+                    f"event time must be a timestamp, an integer count since the epoch (unit "
+                    f"{self.schema.event_time.integer_unit}) or an ISO 8601 string; found type {found}",
                 )
 
     def _final_type(self, column: str, typ: pa.DataType, path: str) -> pa.DataType:
@@ -362,10 +366,18 @@ class BatchTransformer:
         for name in self.schema.dense:
             arrays.append(_cast(column(name), pa.float32(), name, path))
         arrays.append(self._label(column(self.schema.label.column), path))
-        if self.schema.event_time is not None:
-            arrays.append(_event_time(column(self.schema.event_time), self.schema.event_time, path))
+        event_time = self.schema.event_time
+        if event_time is not None:
+            arrays.append(
+                _event_time(column(event_time.column), event_time.column, event_time.integer_unit, path)
+            )
         arrays.extend(batch.column(name) for name in self.passthrough)
         return pa.RecordBatch.from_arrays(arrays, names=list(self.output_names))
+
+    def apply_transforms(self, name: str, values: pa.Array, path: str = "<sample>") -> pa.Array:
+        """One column through its declared steps alone: how a check of that column (a sample's event
+        times) sees the values training would, without reading every other column."""
+        return self._apply_steps(name, values, path)
 
     def _apply_steps(self, name: str, values: pa.Array, path: str) -> pa.Array:
         for step in self._steps.get(name, ()):
@@ -422,15 +434,18 @@ def _cast(values: pa.Array, target: pa.DataType, name: str, path: str) -> pa.Arr
         ) from None
 
 
-def _event_time(values: pa.Array, name: str, path: str) -> pa.Array:
+# Integer event times to microseconds: multiply by the first or divide by the second.
+_TO_MICROS = {"s": (1_000_000, 1), "ms": (1000, 1), "us": (1, 1), "ns": (1, 1000)}
+
+
+def _event_time(values: pa.Array, name: str, unit: str, path: str) -> pa.Array:
     typ = values.type
     try:
         if pa.types.is_timestamp(typ):
             # Converting units only; naive values are already UTC-based epoch counts in Arrow.
             return pc.cast(values, EVENT_TIME_TYPE, safe=typ.unit != "ns")
         if pa.types.is_integer(typ):
-            micros = pc.multiply_checked(pc.cast(values, pa.int64()), 1000)
-            return pc.cast(micros, EVENT_TIME_TYPE)
+            return pc.cast(_integer_micros(values, name, unit, path), EVENT_TIME_TYPE)
         if pa.types.is_null(typ):
             return pa.nulls(len(values), EVENT_TIME_TYPE)
         try:
@@ -439,3 +454,24 @@ def _event_time(values: pa.Array, name: str, path: str) -> pa.Array:
             return pc.cast(pc.cast(values, pa.timestamp("us")), EVENT_TIME_TYPE)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise SchemaMismatchError(path, name, f"found type {typ}; not a usable event time: {exc}") from None
+
+
+def _integer_micros(values: pa.Array, name: str, unit: str, path: str) -> pa.Array:
+    """Integers counted in ``unit`` as int64 microseconds; an overflow names the unit that fits."""
+    multiply, divide = _TO_MICROS[unit]
+    ints = pc.cast(values, pa.int64())
+    try:
+        if multiply != 1:
+            return pc.multiply_checked(ints, multiply)
+        return pc.divide(ints, divide) if divide != 1 else ints
+    except pa.ArrowInvalid:
+        # Only a unit mix-up gets here (nanoseconds read as seconds or milliseconds): say so.
+        low, high = pc.min_max(ints).values()
+        fits = fitting_units(float(low.as_py()), float(high.as_py()))
+        hint = f"; they fit epoch {UNIT_NAMES[fits[0]]}: declare unit {fits[0]}" if fits else ""
+        raise SchemaMismatchError(
+            path,
+            name,
+            f"integer event times {low.as_py()} .. {high.as_py()} overflow when read as epoch "
+            f"{UNIT_NAMES[unit]} (unit {unit}){hint}",
+        ) from None

@@ -415,4 +415,5 @@ _WARNINGS = {
     "ScaleRefused",
     "WindowRefused",
     "PartitionMissing",
+    "EventTimeImplausible",
 }

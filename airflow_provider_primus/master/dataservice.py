@@ -56,6 +56,19 @@ class JobData:
         graph = plan(self.data, start, end)
         for missing in graph.missing:
             self.events.emit(EventType.PARTITION_MISSING, f"missing partition {missing.path}")
+        for finding in graph.event_times:  # a unit mix-up, most often: said once per plan
+            self.events.emit(
+                EventType.EVENT_TIME_IMPLAUSIBLE,
+                finding.message(),
+                data={
+                    "source": finding.source,
+                    "column": finding.column,
+                    "unit": finding.unit,
+                    "files": finding.implausible,
+                    "checked_files": finding.checked,
+                    "fits": list(finding.fits),
+                },
+            )
         return list(graph.tasks), list(graph.edges)
 
     def planning_failure(self, exc: BaseException) -> str:

@@ -1,4 +1,5 @@
-"""A source's schema: its features, its label (a column or a threshold rule) and its transforms.
+"""A source's schema: its features, its label (a column or a threshold rule), its event time (a
+column and, for integer values, their unit) and its transforms.
 
 Separate from where the rows come from (``sources.py``) because batch and stream readers share it:
 both read and transform the same features by this one declaration.
@@ -103,6 +104,68 @@ class Label(StrictModel):
         return {"rule": self.rule} if self.rule is not None else {"column": self.column}
 
 
+EventTimeUnit = Literal["s", "ms", "us", "ns"]
+EVENT_TIME_UNITS: tuple[EventTimeUnit, ...] = ("s", "ms", "us", "ns")
+# Integers without a declared unit are epoch milliseconds: what the project read them as before units
+# could be declared, so documents written then keep their meaning.
+DEFAULT_EVENT_TIME_UNIT: EventTimeUnit = "ms"
+
+
+def _event_time_schema(schema: dict[str, Any]) -> None:
+    """Describe both forms an author may write: the column alone, or the column with its unit."""
+    mapping = {
+        "type": "object",
+        "properties": {
+            "column": {"type": "string", "minLength": 1, "description": "the event-time column"},
+            "unit": {
+                "type": "string",
+                "enum": list(EVENT_TIME_UNITS),
+                "description": "what an integer value counts since the epoch (default ms)",
+            },
+        },
+        "required": ["column"],
+        "additionalProperties": False,
+    }
+    schema.clear()
+    schema["anyOf"] = [{"type": "string", "minLength": 1}, mapping]
+
+
+class EventTime(StrictModel):
+    """The event-time column, and what its integer values count since the epoch.
+
+    The unit is part of the contract because an integer cannot say it: epoch seconds read as
+    milliseconds put 1997 in January 1970 and shift every watermark and freshness figure 1000-fold.
+    It applies to integer values only; timestamp-typed columns and ISO 8601 strings carry their own.
+    ``event_time: ts`` stays valid and means ``{column: ts}`` (integers as milliseconds).
+    """
+
+    model_config = ConfigDict(json_schema_extra=_event_time_schema)
+
+    column: ColumnName
+    unit: EventTimeUnit | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_column(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"column": data}
+        if not isinstance(data, Mapping):
+            raise_issues(
+                [((), f"must be a column name or {{column: <name>, unit: s|ms|us|ns}} (got {data!r})")]
+            )
+        return data
+
+    @property
+    def integer_unit(self) -> EventTimeUnit:
+        """The unit integer values are read in: the declared one, else milliseconds."""
+        return self.unit or DEFAULT_EVENT_TIME_UNIT
+
+    @model_serializer(mode="plain")
+    def _as_written(self) -> str | dict[str, Any]:
+        # The short form when no unit is declared, so a dumped spec reads (and validates) as written.
+        return self.column if self.unit is None else {"column": self.column, "unit": self.unit}
+
+
 _TRANSFORM_KINDS = ("hash_bucket", "fill", "cast")
 
 
@@ -144,18 +207,22 @@ class SourceSchema(StrictModel):
     sparse: list[ColumnName] = Field(default_factory=list)
     dense: list[ColumnName] = Field(default_factory=list)
     label: Label
-    event_time: ColumnName | None = None
+    event_time: EventTime | None = None
     transforms: list[Transform] = Field(default_factory=list)
     # A row whose label is null (or NaN, or null input to a rule) has no target: training it as 0
     # would invent a negative. ``drop`` leaves it out and counts it per task; ``fail`` fails the
     # task like a read error. A ``fill`` on the label column declares a value and takes precedence.
     missing_label: Literal["drop", "fail"] = "drop"
 
+    @property
+    def event_time_column(self) -> str | None:
+        return self.event_time.column if self.event_time is not None else None
+
     def columns(self) -> list[str]:
         """The columns a reader must fetch: features, then label, then event time, each once."""
         wanted = [*self.sparse, *self.dense, self.label.column]
         if self.event_time is not None:
-            wanted.append(self.event_time)
+            wanted.append(self.event_time.column)
         return list(dict.fromkeys(wanted))
 
     @model_validator(mode="after")

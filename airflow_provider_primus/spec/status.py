@@ -204,6 +204,8 @@ class EventType(StrEnum):
     STREAM_UNAVAILABLE = "StreamUnavailable"
     STREAM_RECOVERED = "StreamRecovered"
     STREAM_OFFSET_RESET = "StreamOffsetReset"
+    EVENT_TIME_IMPLAUSIBLE = "EventTimeImplausible"
+    CLOCK_SWITCHED = "ClockSwitched"
     SUSPENDED = "Suspended"
     RESUMED = "Resumed"
     STOPPED = "Stopped"
@@ -287,6 +289,33 @@ class StreamPayload(_Payload):
     log_replaced: bool | None = None
 
 
+class ClockPayload(_Payload):
+    """A trainer's ``clock: auto`` going from the replay clock to the wall clock: ``step`` steps were
+    trained before; ``watermark`` (ISO 8601) is the newest event time trained then, ``lag_s`` how far
+    it trailed the wall clock; ``reason`` is ``live`` (within ``live_lag_s``) or ``history_idle`` (the
+    history had nothing more to train while the replay held stream records back)."""
+
+    from_clock: str
+    to_clock: str
+    reason: str
+    step: int | None = None
+    watermark: str | None = None
+    lag_s: float | None = None
+    live_lag_s: float | None = None
+
+
+class EventTimePayload(_Payload):
+    """A plan found files whose event times are implausible in the declared unit (``unit`` None: no
+    unit declared, integers read as milliseconds); ``fits`` names the units that would fit."""
+
+    source: str
+    column: str
+    unit: str | None = None
+    files: int = 0
+    checked_files: int = 0
+    fits: list[str] = Field(default_factory=list)
+
+
 class EndPayload(_Payload):
     tasks_quarantined: int = 0
 
@@ -306,6 +335,8 @@ _PAYLOADS: dict[EventType, type[_Payload]] = {
     EventType.STREAM_UNAVAILABLE: StreamPayload,
     EventType.STREAM_RECOVERED: StreamPayload,
     EventType.STREAM_OFFSET_RESET: StreamPayload,
+    EventType.EVENT_TIME_IMPLAUSIBLE: EventTimePayload,
+    EventType.CLOCK_SWITCHED: ClockPayload,
     EventType.SUCCEEDED: EndPayload,
 }
 

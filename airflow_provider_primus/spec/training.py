@@ -95,13 +95,22 @@ class Freshness(StrictModel):
     or its next record is older than ``max_event_age_s``, its share rises to ``max_share`` until it
     catches up. ``clock: replay`` measures age against the history already trained instead of the wall
     clock, and holds a stream record back until history has reached its event time: that is how a
-    backfill replays the past as it happened."""
+    backfill replays the past as it happened.
+
+    ``clock: auto`` (the default) chooses: against the wall clock, years-old history makes every
+    record look infinitely stale and the guard mixes by that, so old data is replayed; once the
+    newest event trained is within ``live_lag_s`` of the wall clock the data is live, and the wall
+    clock takes over for good (once: a later outage must not turn live training back into a replay).
+    An hour is the default because it separates the two cases by orders of magnitude: a backfill is
+    days to years behind, while a live stream's newest trained event trails by seconds to minutes,
+    with room for a sparse stream or a restart's backlog. ``wall`` or ``replay`` fix the clock."""
 
     source: SourceName | None = None
     max_lag_records: PositiveInt | None = 10_000
     max_event_age_s: PositiveFloat | None = 300.0
     max_share: Share = 0.8
-    clock: Literal["wall", "replay"] = "wall"
+    clock: Literal["auto", "wall", "replay"] = "auto"
+    live_lag_s: PositiveFloat = 3600.0
 
 
 class Mixing(StrictModel):

@@ -123,6 +123,8 @@ def open_feeds(
         graph = plan(data, window.start, window.end)
         if graph.missing:
             log.warning("missing partitions: %s", [m.path for m in graph.missing])
+        for warning in graph.warnings:  # implausible event times: the trainer counts the rows too
+            log.warning("%s", warning)
         path = spec_path()
         token = new_token()
         for source in files:

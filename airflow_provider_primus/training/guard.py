@@ -7,26 +7,22 @@ before each step from the feeds alone.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 
 from airflow_provider_primus.spec.training import Freshness
 from airflow_provider_primus.training.feeds import Feed, FileFeed, StreamFeed
 
-__all__ = ["clock_ms", "freshness_guard", "update_gate"]
+__all__ = ["freshness_guard", "update_gate"]
 
 
-def clock_ms(freshness: Freshness, watermark_ms: int) -> int:
-    """Now, for freshness and the guard's age check: the wall clock, or in a replay the newest event
-    time trained so far (``watermark_ms``: the replayed world's "now" as far as the model knows it)."""
-    if freshness.clock == "wall":
-        return int(time.time() * 1000)
-    return watermark_ms
-
-
-def update_gate(stream: StreamFeed | None, feeds: Iterable[Feed], freshness: Freshness) -> None:
-    """In a replay, hold back stream rows newer than the history still being trained."""
-    if stream is None or freshness.clock != "replay":
+def update_gate(stream: StreamFeed | None, feeds: Iterable[Feed], replay: bool) -> None:
+    """In a replay, hold back stream rows newer than the history still being trained. ``replay`` is
+    the clock in force (training/clock.py): under ``auto`` it can turn to the wall clock mid-run, and
+    then nothing is held back any more."""
+    if stream is None:
+        return
+    if not replay:
+        stream.gate_ms = None
         return
     history = [f for f in feeds if isinstance(f, FileFeed) and not f.exhausted()]
     stream.gate_ms = max((f.watermark_ms for f in history), default=0) if history else None

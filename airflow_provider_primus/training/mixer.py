@@ -11,13 +11,18 @@ A pure class (no I/O, no clock) so every rule is unit-testable and a checkpoint 
   sources that can, highest priority first, so a step is full whenever any data is ready.
 - **Caps** bound a source's share of rows over the last ``window_steps`` steps, so a traffic spike
   cannot take over the model however far behind the stream is.
+- **Scored-only sources** (the stream in ``batch`` mode) take no part in the split: the trained
+  sources share every step as if they were alone, guard off, and a scored source's rows come on top,
+  at the pace its weight gives it relative to the rows trained (once nothing is left to train, a
+  whole step's worth). So the stream is scored alongside the history it follows, as in ``mixed``
+  mode, yet its presence, lag or absence never changes what history is trained.
 """
 
 from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +39,7 @@ class SourcePolicy:
     priority: int = 0
     cap: float = 1.0
     stream: bool = False
+    trained: bool = True  # False: its rows are only scored (the stream in batch mode)
 
 
 @dataclass
@@ -85,6 +91,35 @@ class MixPolicy:
         active = [n for n in self.sources if n in active]
         if not active:
             return StepPlan({}, guard)
+        trained = [n for n in active if self.sources[n].trained]
+        # The guard protects a stream the model learns from; with none among the trained sources
+        # there is nothing for history to give way to.
+        guard = guard and any(self.sources[n].stream for n in trained)
+        rows, deferred = self._split(available, trained, guard) if trained else ({}, {})
+        self._window.append({n: r for n, r in rows.items() if r})
+        trained_rows = sum(rows.values())
+        for n in active:
+            if not self.sources[n].trained:
+                rows[n] = self._scored_rows(n, available.get(n, 0), trained, trained_rows)
+        return StepPlan({n: r for n, r in rows.items() if r}, guard, deferred)
+
+    def _scored_rows(self, name: str, available: int, trained: list[str], trained_rows: int) -> int:
+        """A scored-only source's rows: its weight's pace relative to the rows trained this step
+        (rounding carried over), or a whole step once no trained source is left."""
+        if trained:
+            weight = sum(self.sources[n].weight for n in trained)
+            exact = trained_rows * self.sources[name].weight / weight + self._carry[name]
+        else:
+            exact = float(self.batch_size)
+        wanted = max(0, math.floor(exact))
+        rows = min(wanted, available)
+        self._carry[name] = exact - wanted if rows == wanted and trained else 0.0
+        return rows
+
+    def _split(
+        self, available: Mapping[str, int], active: list[str], guard: bool
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """The step's rows between the trained sources, and the rows the guard deferred."""
         shares = self.shares(active, guard)
         wanted: dict[str, int] = {}
         exact = {n: shares[n] * self.batch_size + self._carry[n] for n in active}
@@ -122,8 +157,7 @@ class MixPolicy:
                     short = math.floor(base[n] * self.batch_size) - rows[n]
                     if short > 0 and available.get(n, 0) >= math.floor(base[n] * self.batch_size):
                         deferred[n] = short
-        self._window.append({n: r for n, r in rows.items() if r})
-        return StepPlan({n: r for n, r in rows.items() if r}, guard, deferred)
+        return rows, deferred
 
     def state_dict(self) -> dict[str, Any]:
         return {"carry": dict(self._carry), "window": [dict(w) for w in self._window]}
@@ -134,10 +168,16 @@ class MixPolicy:
         self._window.extend(dict(w) for w in state["window"])
 
 
-def policy_for(streams: Mapping[str, bool], mixture: Sequence[MixtureEntry], spec: TrainingSpec) -> MixPolicy:
+def policy_for(
+    streams: Mapping[str, bool],
+    mixture: Sequence[MixtureEntry],
+    spec: TrainingSpec,
+    scored_only: Collection[str] = (),
+) -> MixPolicy:
     """The policy for these feeds (name -> whether it is a stream, in feed order): weights and
     priorities from the data's mixture, caps and the stream's share from the training spec; a source
-    the mixture does not name weighs 1.0 at priority 0."""
+    the mixture does not name weighs 1.0 at priority 0. ``scored_only``: sources the mode scores
+    but never trains (the stream in ``batch`` mode)."""
     weights = {m.source: m for m in mixture}
     policies = []
     for name, stream in streams.items():
@@ -150,6 +190,7 @@ def policy_for(streams: Mapping[str, bool], mixture: Sequence[MixtureEntry], spe
                 priority=entry.priority if entry else 0,
                 cap=control.cap if control else 1.0,
                 stream=stream,
+                trained=name not in scored_only,
             )
         )
     return MixPolicy(

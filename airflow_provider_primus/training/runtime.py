@@ -3,8 +3,9 @@
 Each step the mixer decides rows per source; the rows are concatenated, scored, and the model is
 updated with per-source loss weights and a learning-rate scale blended from the sources' multipliers.
 Stream rows are scored *before* the update that trains on them (progressive validation), so every
-mode is evaluated identically: ``batch`` scores the stream but never trains on it, ``stream`` trains
-on the stream only, ``mixed`` trains on both.
+mode is evaluated identically: ``batch`` scores the stream but never trains on it (nor lets it change
+what history is trained: no freshness guard, full history steps), ``stream`` trains on the stream
+only (history is not read), ``mixed`` trains on both.
 
 Checkpoints hold the model, the optimizers, the mixer, the metrics and every feed's position (the
 data service's progress plus untrained buffered rows; the stream's first untrained offsets). Kafka
@@ -31,6 +32,7 @@ from airflow_provider_primus.data.service.dispatcher_server import DispatcherCli
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.resources.allotment import AllotmentWatcher
 from airflow_provider_primus.spec.data import PrimusData
+from airflow_provider_primus.spec.status import EventType
 from airflow_provider_primus.spec.training import (
     PrimusTraining,
     check_against,
@@ -39,11 +41,12 @@ from airflow_provider_primus.spec.training import (
     table_sizes,
 )
 from airflow_provider_primus.training.checkpoint import CheckpointStore
+from airflow_provider_primus.training.clock import ClockSwitch, TrainingClock
 from airflow_provider_primus.training.control import LocalStep, StepControl
 from airflow_provider_primus.training.distributed import Group
 from airflow_provider_primus.training.feed_setup import open_feeds, participants
 from airflow_provider_primus.training.feeds import Feed, StreamFeed
-from airflow_provider_primus.training.guard import clock_ms, freshness_guard, update_gate
+from airflow_provider_primus.training.guard import freshness_guard, update_gate
 from airflow_provider_primus.training.holdout import evaluate_holdout
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
 from airflow_provider_primus.training.mixer import MixPolicy, policy_for
@@ -90,6 +93,8 @@ class TrainOptions:
     open_graph: bool = False  # the job's master may still append windows
     grace_s: float = 0.0  # how long to wait for a restarting master
     executor_name: str = "trainer-0"
+    # The trainer's job events (the stream's, the clock's) also go here: a caller without a master.
+    on_event: Callable[[str, str, dict[str, Any]], None] | None = None
 
 
 @dataclass
@@ -153,6 +158,7 @@ class Trainer:
         self.scores = ScoreLog()
         self.freshness = Percentiles(seed=spec.seed)
         self.metrics = TrainMetrics()
+        self.clock = TrainingClock(spec.mixing.freshness)
         self.step = 0
         self.feeds: dict[str, Feed] = {}
         self._mixer_state: dict[str, Any] | None = None  # from a checkpoint, applied once feeds exist
@@ -172,10 +178,11 @@ class Trainer:
             freshness=self.freshness,
             metrics=self.metrics,
             clock_ms=self._clock_ms,
+            event_times={s.name: s.schema_.event_time for s in data.spec.sources if s.schema_.event_time},
         )
 
     def _clock_ms(self) -> int:
-        return clock_ms(self.training.spec.mixing.freshness, self.metrics.watermark_ms)
+        return self.clock.now_ms(self.metrics.watermark_ms)
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -189,10 +196,20 @@ class Trainer:
             self._data_spec_path = path
         return self._data_spec_path
 
-    def _stream_event(self, type_: str, message: str, data: dict[str, Any]) -> None:
-        """The stream's events (outage, recovery, offset reset) become the job's events."""
+    def _job_event(self, type_: str, message: str, data: dict[str, Any]) -> None:
+        """The trainer's events (the stream's outages, recoveries and offset resets; the clock's
+        switch) become the job's events."""
         if self.reporter is not None:
             self.reporter.event(type_, message, data)
+        if self.options.on_event is not None:
+            self.options.on_event(type_, message, data)
+
+    def _clock_switched(self, switch: ClockSwitch | None) -> None:
+        """``clock: auto`` chose the wall clock: a job event, since every figure after it (freshness,
+        the guard's event age) is measured differently."""
+        if switch is not None:
+            log.info("%s", switch.message())
+            self._job_event(EventType.CLOCK_SWITCHED.value, switch.message(), switch.payload())
 
     def restore(self) -> dict[str, Any]:
         found = self.checkpoints.latest() if self.options.resume else None
@@ -212,6 +229,7 @@ class Trainer:
         self.scores.load_state_dict(mine["scores"])
         self.freshness.load_state_dict(mine["freshness"])
         self.metrics.load_state_dict(mine["metrics"])
+        self.clock.load_state_dict(mine.get("clock"))  # absent: written before ``clock: auto``
         self._mixer_state = mine["mixer"]
         log.info("resumed from checkpoint at step %d", step)
         return dict(mine["feeds"])
@@ -232,6 +250,7 @@ class Trainer:
             "scores": self.scores.state_dict(),
             "freshness": self.freshness.state_dict(),
             "metrics": self.metrics.state_dict(),
+            "clock": self.clock.state_dict(),
             "feeds": feeds,
         }
         ranks = self.group.gather(mine)
@@ -291,10 +310,11 @@ class Trainer:
                 group=self.group,
                 states=states,
                 spec_path=self._spec_path,
-                on_event=self._stream_event,
+                on_event=self._job_event,
             )
         streams = {name: feed.stream for name, feed in self.feeds.items()}
-        policy = policy_for(streams, self.data.spec.mixture, self.training.spec)
+        scored_only = [name for name in self.feeds if not self.weights.trains_on(name)]
+        policy = policy_for(streams, self.data.spec.mixture, self.training.spec, scored_only)
         if self._mixer_state is not None:
             policy.load_state_dict(self._mixer_state)
         return policy
@@ -309,8 +329,13 @@ class Trainer:
         """This trainer's rows for the next step, as the mixer divides them between its feeds."""
         spec = self.training.spec
         freshness = spec.mixing.freshness
-        update_gate(self._stream_feed(), self.feeds.values(), freshness)
+        self._clock_switched(self.clock.observe(self.step, self.metrics.watermark_ms))
+        update_gate(self._stream_feed(), self.feeds.values(), replay=self.clock.replay)
         guard, lag, age = freshness_guard(self._stream_feed(), freshness, self._clock_ms)
+        # The guard protects a stream the model learns from: in batch mode the stream is only
+        # scored, so history never gives way to it (its lag and age are still reported).
+        stream = self._stream_feed()
+        guard = guard and stream is not None and self.weights.trains_on(stream.name)
         active = [n for n, f in self.feeds.items() if not f.exhausted()]
         parts: list[tuple[str, TensorBatch]] = []
         mix = None
@@ -352,6 +377,10 @@ class Trainer:
             if all(f.exhausted() for f in self.feeds.values()):
                 return  # found out just now (a resumed, finished pass): agree and stop
             raise RuntimeError(f"no source can supply rows (active: {step.active})")
+        if stream is not None and stream.gate_ms is not None and stream.source.buffered() > 0:
+            # The replay holds back stream records the history cannot reach now (an open graph
+            # waiting for its next window): under ``auto`` the data is live.
+            self._clock_switched(self.clock.history_idle(self.step, self.metrics.watermark_ms))
         with self._waiting():
             if stream is not None:
                 stream.source.wait(0.5)  # an idle stream while following: wait for events
@@ -455,7 +484,7 @@ class Trainer:
     # -- figures -------------------------------------------------------------------------------------
 
     def summary(self, brief: bool = False) -> dict[str, Any]:
-        return summarize(
+        out = summarize(
             mode=self.mode,
             steps=self.step,
             metrics=self.metrics,
@@ -466,6 +495,8 @@ class Trainer:
             stream=self._stream_health(),
             brief=brief,
         )
+        out["clock"] = self.clock.summary()  # which clock the freshness figures were measured on
+        return out
 
     def _merged_summary(self) -> dict[str, Any]:
         """The job's metrics: this trainer's, or with several the sum and union of all of theirs."""

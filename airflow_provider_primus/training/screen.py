@@ -8,7 +8,8 @@ here are what the source's schema declares, per column:
 - the label column: a number or a boolean, present and not null or NaN (else "missing label");
 - sparse and event-time columns: present and not null;
 - a dense or label column: a number or a boolean; a sparse column taken as final IDs: a number;
-- an event-time column: epoch milliseconds (an integer) or an ISO 8601 string;
+- an event-time column: an integer (counted in the schema's declared unit, milliseconds when none is
+  declared) or an ISO 8601 string;
 - a hash-bucketed sparse column: an integer or a string, and the same one throughout the stream,
   since the string ``"5"`` and the number ``5`` land in different buckets. Which one is learned from
   the stream (its first block that reads cleanly, else the block's majority) unless the schema
@@ -99,7 +100,7 @@ class EventRules:
 
     def __init__(self, schema: SourceSchema) -> None:
         self.label = schema.label.column
-        event_time = [schema.event_time] if schema.event_time else []
+        event_time = [schema.event_time_column] if schema.event_time_column else []
         # Present and not null in every event (the label gets its own reason).
         self.required: list[str] = list(dict.fromkeys([*schema.sparse, *event_time, self.label]))
         self.allowed: dict[str, frozenset[str]] = {}
@@ -117,7 +118,7 @@ class EventRules:
                 allowed &= HASHABLE if hashed else IDS
             if column in schema.dense or column == self.label:
                 allowed &= NUMERIC
-            if column == schema.event_time:
+            if column == schema.event_time_column:
                 allowed &= EVENT_TIME
             self.allowed[column] = allowed
             if allowed == HASHABLE:

@@ -43,6 +43,9 @@ class TrainMetrics:
     window_guard: int = 0
     elapsed_s: float = 0.0
     watermark_ms: int = 0  # newest event time trained on: the published watermark and the replay clock
+    # Rows used (trained or scored) whose event time is before 1990 or more than a day ahead, per
+    # source: most often integers in another unit than the schema declares. Counted, never hidden.
+    event_time_implausible: dict[str, int] = field(default_factory=dict)
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -134,6 +137,7 @@ def summarize(
             "p99": round_metric(freshness.quantile(0.99)),
         },
         "dead_lettered": dead_lettered,
+        "event_time_implausible": dict(m.event_time_implausible),
         "stream": stream,
         "deferred": dict(m.deferred),
         "guard_steps": m.guard_steps,
@@ -163,6 +167,7 @@ def contribution(
         "scores": scores.state_dict(),
         "freshness": freshness.state_dict()["sample"],
         "dead_lettered": dead_lettered,
+        "event_time_implausible": m.event_time_implausible,
         "model_sha256": model_digest(model),
     }
 
@@ -176,6 +181,7 @@ def merge_summaries(
     scores, fresh = ScoreLog(), Percentiles(seed=seed)
     rows: dict[str, int] = {}
     deferred: dict[str, int] = {}
+    implausible: dict[str, int] = {}
     for r in everyone:
         scores.append(r["scores"]["labels"], r["scores"]["probs"])
         fresh.add(np.asarray(r["freshness"], dtype=np.float64))
@@ -183,6 +189,8 @@ def merge_summaries(
             rows[n] = rows.get(n, 0) + v
         for n, v in r["deferred"].items():
             deferred[n] = deferred.get(n, 0) + v
+        for n, v in r.get("event_time_implausible", {}).items():
+            implausible[n] = implausible.get(n, 0) + v
     out.update(
         trainers=len(everyone),
         # Every replica applied the same summed gradients: a difference here is a bug, not noise.
@@ -192,6 +200,7 @@ def merge_summaries(
         deferred=deferred,
         guard_steps=max(r["guard_steps"] for r in everyone),
         dead_lettered=sum(r["dead_lettered"] for r in everyone),
+        event_time_implausible=implausible,
         progressive=_progressive(scores, window_rows),
         freshness_s={"p50": round_metric(fresh.quantile(0.5)), "p99": round_metric(fresh.quantile(0.99))},
         samples_per_s=round(sum(rows.values()) / elapsed_s, 1) if elapsed_s else None,

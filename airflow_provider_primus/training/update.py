@@ -7,18 +7,31 @@ scales by the row-weighted mean of the sources' multipliers.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
+from airflow_provider_primus.data.event_time import (
+    MS_PER_UNIT,
+    UNIT_NAMES,
+    fitting_units,
+    implausible,
+    iso,
+    now_ms,
+)
 from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.spec.schema import EventTime
 from airflow_provider_primus.spec.training import SourceControl
 from airflow_provider_primus.training.distributed import Group
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.summary import TrainMetrics
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SourceWeights", "Updater"]
 
@@ -33,9 +46,11 @@ class SourceWeights:
     controls: Mapping[str, SourceControl]
 
     def trains_on(self, name: str) -> bool:
-        """``batch`` mode scores the stream but never trains on it."""
-        stream = self.stream is not None and name == self.stream
-        return not stream or self.mode in ("stream", "mixed")
+        """``batch`` mode scores the stream but never trains on it; ``stream`` mode trains on the
+        stream alone (history is not even read then, but a ready-made feed could still offer it)."""
+        if self.stream is not None and name == self.stream:
+            return self.mode in ("stream", "mixed")
+        return self.mode in ("batch", "mixed")
 
     def loss_weight(self, name: str) -> float:
         control = self.controls.get(name)
@@ -66,13 +81,17 @@ class Updater:
         freshness: Percentiles,
         metrics: TrainMetrics,
         clock_ms: Callable[[], int],
+        event_times: Mapping[str, EventTime] | None = None,
     ) -> None:
         """``scores``, ``freshness`` and ``metrics`` are the trainer's own (restored in place from a
-        checkpoint); ``clock_ms`` is "now" for the freshness of trained rows."""
+        checkpoint); ``clock_ms`` is "now" for the freshness of trained rows; ``event_times`` each
+        source's event-time declaration, to name the unit that fits when its times are implausible."""
         self.model, self.optim, self.group, self.device = model, optim, group, device
         self.weights = weights
         self.scores, self.freshness, self.metrics = scores, freshness, metrics
         self.clock_ms = clock_ms
+        self.event_times = dict(event_times or {})
+        self._warned: set[str] = set()
 
     def step(
         self,
@@ -132,3 +151,41 @@ class Updater:
                 if n == stream_name and b.event_time_ms is not None:
                     age = (now_ms - b.event_time_ms.numpy()).clip(min=0) / 1000.0
                     self.freshness.add(age.astype(np.float64))
+        self._check_event_times(parts)
+
+    def _check_event_times(self, parts: list[tuple[str, TensorBatch]]) -> None:
+        """Count the rows used (trained or scored) whose event time is not believable, per source,
+        and say once per source what would fit: a unit mix-up must show, not skew the figures."""
+        wall = now_ms()  # the data's plausibility is about the real now, not a replay's clock
+        for n, b in parts:
+            if b.event_time_ms is None or not len(b):
+                continue
+            times = b.event_time_ms.numpy()
+            bad = implausible(times, wall)
+            if not bad:
+                continue
+            counts = self.metrics.event_time_implausible
+            counts[n] = counts.get(n, 0) + bad
+            if n not in self._warned:
+                self._warned.add(n)
+                log.warning("%s", self._describe(n, times, bad))
+
+    def _describe(self, name: str, times: np.ndarray[Any, Any], bad: int) -> str:
+        low, high = float(times.min()), float(times.max())
+        text = (
+            f"source {name!r}: {bad} of {len(times)} rows have implausible event times "
+            f"({iso(low)} .. {iso(high)}; before 1990-01-01 or more than a day ahead); counted in "
+            f"the figures' event_time_implausible"
+        )
+        declared = self.event_times.get(name)
+        if declared is None:
+            return text
+        unit = declared.integer_unit
+        fits = [u for u in fitting_units(low / MS_PER_UNIT[unit], high / MS_PER_UNIT[unit]) if u != unit]
+        if fits:
+            text += (
+                f"; if column {declared.column!r} holds integers, they were read as epoch "
+                f"{UNIT_NAMES[unit]} but fit epoch {UNIT_NAMES[fits[0]]}: declare "
+                f"event_time: {{column: {declared.column}, unit: {fits[0]}}}"
+            )
+        return text

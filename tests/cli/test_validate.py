@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,77 @@ def test_a_job_is_checked_against_the_documents_next_to_it(
         "path": "spec.data",
         "message": f"{(tmp_path / 'primus-data.yaml').resolve()}: no such file",
     } in result["issues"]
+
+
+def _seconds_store(tmp_path: Path, event_time: object) -> Path:
+    """A day of hourly Parquet history whose ``ts`` holds epoch seconds, and its data document."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    for h in range(3):
+        t = start + timedelta(hours=h)
+        part = tmp_path / "store" / t.strftime("%Y-%m-%d") / t.strftime("%H")
+        part.mkdir(parents=True)
+        seconds = int(t.timestamp())
+        table = pa.table(
+            {"user_id": [1, 2], "clicked": [1, 0], "ts": pa.array([seconds, seconds + 1], pa.int64())}
+        )
+        pq.write_table(table, part / "part-0.parquet")
+    doc = {
+        "apiVersion": "primus.dev/v1alpha1",
+        "kind": "PrimusData",
+        "metadata": {"name": "seconds"},
+        "spec": {
+            "window": {"start": start.isoformat(), "end": (start + timedelta(hours=3)).isoformat()},
+            "sources": [
+                {
+                    "name": "history",
+                    "type": "files",
+                    "format": "parquet",
+                    "uri": str(tmp_path / "store"),
+                    "path_template": "{date}/{hour}",
+                    "granularity": "hour",
+                    "schema": {
+                        "sparse": ["user_id"],
+                        "label": {"column": "clicked"},
+                        "event_time": event_time,
+                    },
+                }
+            ],
+        },
+    }
+    path = tmp_path / "data.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_sample_reports_epoch_seconds_read_as_milliseconds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _seconds_store(tmp_path, "ts")
+    assert main(["validate", str(path)]) == 0  # the document alone cannot tell
+    capsys.readouterr()
+    assert main(["validate", "--sample", "100", str(path)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"error: {path}: 1 problem"
+    assert lines[1].startswith("spec.sources[0].schema.event_time: source 'history': event time column 'ts'")
+    assert "3 of 3 files" in lines[1] and "declare event_time: {column: ts, unit: s}" in lines[1]
+
+
+def test_sample_passes_once_the_unit_is_declared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _seconds_store(tmp_path, {"column": "ts", "unit": "s"})
+    assert main(["validate", "--sample", "100", "--json", str(path)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result == {
+        "file": str(path),
+        "ok": True,
+        "summary": "PrimusData 'seconds': 1 source; sampled 100 rows per source",
+    }
+
+
+def test_sample_needs_a_positive_row_count(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--sample", "0", str(EXAMPLE)])
+    assert exc.value.code == 2
+    assert "--sample: must be at least 1 (got 0)" in capsys.readouterr().err

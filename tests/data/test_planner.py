@@ -5,11 +5,13 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 from kafka import KafkaProducer
 
@@ -259,6 +261,64 @@ def test_unreadable_footer_is_reported_not_dropped(tmp_path: Path) -> None:
     assert len(graph.problems) == 1 and "bad.parquet" in graph.problems[0]
     assert graph.stats["s"].unreadable_files == 1
     assert any(s.path.endswith("bad.parquet") for t in graph.tasks for s in t.slices)
+
+
+def write_times(path: Path, times: pa.Array) -> None:
+    """A small Parquet file whose ``ts`` column holds ``times`` (two row groups, with statistics)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = len(times)
+    ids = list(range(n))
+    table = pa.table({"user_id": ids, "item_id": ids, "price": [1.0] * n, "rating": [5] * n, "ts": times})
+    pq.write_table(table, path, row_group_size=2)
+
+
+def timed_source(root: Path, event_time: Any, **kw: Any) -> dict[str, Any]:
+    source = files_source("history", root, **kw)
+    source["schema"] = {**source["schema"], "event_time": event_time}
+    return source
+
+
+def test_epoch_seconds_read_as_milliseconds_are_a_planning_warning(tmp_path: Path, hours) -> None:
+    seconds = int(T0.timestamp())
+    for i, t in enumerate(hours[:3]):
+        write_times(
+            hour_dir(tmp_path, t) / "part-0.parquet", pa.array([seconds + i * 3600 + k for k in range(4)])
+        )
+    cache = PlanCache(tmp_path / "cache.sqlite")
+    spec = load_data_spec(spec_doc([timed_source(tmp_path, "ts")]))
+    window = (hours[0], hours[3])
+    for _ in range(2):  # planned, then from the cache: the statistics are cached with the files
+        graph = plan(spec, *window, PlanOptions(min_rows=1, cache=cache))
+        assert graph.stats["history"].implausible_event_time_files == 3
+        (finding,) = graph.event_times
+        assert (finding.source, finding.column, finding.fits) == ("history", "ts", ("s",))
+        assert (finding.implausible, finding.checked) == (3, 3) and not graph.problems
+        (warning,) = graph.summary()["warnings"]
+        assert "3 of 3 files" in warning and "1970-01-" in warning and "{column: ts, unit: s}" in warning
+    assert TaskGraph.read(_written(graph, tmp_path)).summary() == graph.summary()
+    declared = load_data_spec(spec_doc([timed_source(tmp_path, {"column": "ts", "unit": "s"})]))
+    graph = plan(declared, *window, PlanOptions(min_rows=1, cache=cache))
+    assert not graph.event_times and graph.stats["history"].implausible_event_time_files == 0
+    cache.close()
+
+
+def test_timestamp_columns_are_judged_without_a_unit(tmp_path: Path) -> None:
+    good = [T0 + timedelta(minutes=k) for k in range(3)]
+    write_times(hour_dir(tmp_path, T0) / "good.parquet", pa.array(good, pa.timestamp("ms", tz="UTC")))
+    future = [datetime(2031, 1, 1, tzinfo=UTC)] * 3
+    write_times(hour_dir(tmp_path, T0) / "late.parquet", pa.array(future, pa.timestamp("us", tz="UTC")))
+    spec = load_data_spec(spec_doc([timed_source(tmp_path, "ts")]))
+    graph = plan(spec, T0, T0 + timedelta(hours=1), PlanOptions(min_rows=1))
+    (finding,) = graph.event_times
+    assert (finding.implausible, finding.checked, finding.integers) == (1, 2, False)
+    assert finding.example is not None and finding.example.endswith("late.parquet")
+    assert "2031-01-01" in finding.message() and "declare" not in finding.message()
+
+
+def _written(graph: TaskGraph, root: Path) -> Path:
+    out = root / "graph.parquet"
+    graph.write(out)
+    return out
 
 
 def test_kafka_partitions_planned_from_timestamps_on_the_real_broker(kafka_broker, new_topic) -> None:

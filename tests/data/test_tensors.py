@@ -84,6 +84,18 @@ def test_zero_rows() -> None:
     assert tb.extra["row_id"].shape == (0,)
 
 
+def test_event_times_become_milliseconds_in_the_declared_unit() -> None:
+    seconds = int(T.timestamp())
+    for unit, scale in (("s", 1), ("ms", 1000), ("us", 10**6), ("ns", 10**9)):
+        schema = SourceSchema.model_validate(
+            {"dense": ["p"], "label": {"column": "y"}, "event_time": {"column": "ts", "unit": unit}}
+        )
+        raw = pa.record_batch({"p": [1.0, 2.0], "y": [1, 0], "ts": [seconds * scale, (seconds + 1) * scale]})
+        tb = to_tensors(BatchTransformer(schema)(raw), sparse=[], dense=["p"])
+        assert tb.event_time_ms is not None
+        assert tb.event_time_ms.tolist() == [seconds * 1000, seconds * 1000 + 1000], unit
+
+
 def test_empty_feature_groups_and_no_event_time() -> None:
     out = BatchTransformer(SourceSchema.model_validate({"dense": ["p"], "label": {"column": "y"}}))(
         pa.record_batch({"p": [1.0, 2.0, 3.0], "y": [1, 0, 1]})

@@ -278,6 +278,34 @@ def test_event_time_forms() -> None:
         t(batch(u=[1], p=[0.0], y=[1], ts=[1.5]))
 
 
+def test_integer_event_times_are_read_in_the_declared_unit() -> None:
+    when = datetime(1997, 9, 1, 12, 30, tzinfo=UTC)  # a 1997 log: read as ms it would be 1970-01-11
+    seconds = int(when.timestamp())
+    counts = {"s": seconds, "ms": seconds * 1000, "us": seconds * 10**6, "ns": seconds * 10**9}
+    for unit, value in counts.items():
+        t = BatchTransformer(schema(event_time={"column": "ts", "unit": unit}))
+        for typ in (pa.int64(), pa.uint64(), *([pa.int32()] if unit == "s" else [])):
+            out = t(batch(u=[1], p=[0.0], y=[1], ts=pa.array([value], typ)))
+            assert out.column("event_time").to_pylist() == [when], (unit, typ)
+    # No unit: milliseconds, as before units could be declared (plausibility is judged elsewhere).
+    out = BatchTransformer(schema(event_time="ts"))(batch(u=[1], p=[0.0], y=[1], ts=[seconds]))
+    assert out.column("event_time").to_pylist() == [datetime.fromtimestamp(seconds / 1000, tz=UTC)]
+
+
+def test_a_declared_unit_leaves_timestamps_and_iso_strings_alone() -> None:
+    when = datetime(2026, 3, 1, 5, tzinfo=UTC)
+    t = BatchTransformer(schema(event_time={"column": "ts", "unit": "s"}))
+    for ts in (pa.array([when], pa.timestamp("ms", tz="UTC")), pa.array(["2026-03-01T06:00:00+01:00"])):
+        assert t(batch(u=[1], p=[0.0], y=[1], ts=ts)).column("event_time").to_pylist() == [when]
+
+
+def test_an_integer_overflow_names_the_unit_that_fits() -> None:
+    nanos = int(datetime(2026, 3, 1, tzinfo=UTC).timestamp()) * 10**9
+    t = BatchTransformer(schema(event_time="ts"))
+    with pytest.raises(SchemaMismatchError, match=r"'ts'.*overflow when read as epoch milliseconds.*unit ns"):
+        t(batch(u=[1], p=[0.0], y=[1], ts=pa.array([nanos], pa.int64())))
+
+
 def test_output_layout_and_passthrough() -> None:
     s = schema(sparse=["u", "v"], dense=["p", "y"], label={"column": "y"}, event_time="ts")
     t = BatchTransformer(s, passthrough=("row_id", "key"))

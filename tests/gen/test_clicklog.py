@@ -250,7 +250,7 @@ def test_write_data_spec_validates_and_matches_the_data(tmp_path: Path) -> None:
     assert history.schema_ == events.schema_
     assert history.schema_.sparse == ["user_id", "item_id", "hour"]
     assert history.schema_.dense == ["user_activity", "item_price"]
-    assert (history.schema_.label.column, history.schema_.event_time) == ("clicked", "ts")
+    assert (history.schema_.label.column, history.schema_.event_time_column) == ("clicked", "ts")
     buckets = {t.column: t.hash_bucket for t in history.schema_.transforms if t.hash_bucket}
     assert (buckets["user_id"], buckets["item_id"]) == hash_buckets(SMALL)
     assert buckets["user_id"] >= 5 * SMALL.users_on(SMALL.days - 1)

@@ -350,6 +350,55 @@ def test_unknown_label_key_is_a_typo_not_a_missing_label(doc: Doc) -> None:
     assert message == "unknown field; did you mean 'rule'?"
 
 
+def test_event_time_is_a_column_or_a_column_with_its_unit(doc: Doc) -> None:
+    spec = load_data_spec(doc).spec
+    history, events = spec.sources
+    assert history.schema_.event_time is not None and events.schema_.event_time is not None
+    assert (history.schema_.event_time.column, history.schema_.event_time.unit) == ("ts", "s")
+    # The plain form stays valid: no unit declared, integers read as milliseconds.
+    assert (events.schema_.event_time.column, events.schema_.event_time.unit) == ("ts", None)
+    assert events.schema_.event_time.integer_unit == "ms"
+    assert events.schema_.event_time_column == "ts" and "ts" in history.columns()
+    for unit in ("s", "ms", "us", "ns"):
+        kafka(doc)["schema"]["event_time"] = {"column": "ts", "unit": unit}
+        declared = load_data_spec(doc).spec.sources[1].schema_.event_time
+        assert declared is not None and declared.integer_unit == unit
+
+
+def test_event_time_dumps_as_written() -> None:
+    spec = load_data_spec(EXAMPLE)
+    dumped = spec.model_dump(by_alias=True)
+    assert dumped["spec"]["sources"][0]["schema"]["event_time"] == {"column": "ts", "unit": "s"}
+    assert dumped["spec"]["sources"][1]["schema"]["event_time"] == "ts"
+    assert load_data_spec(dumped) == spec
+
+
+def test_event_time_unit_names_the_allowed_units(doc: Doc) -> None:
+    files(doc)["schema"]["event_time"] = {"column": "ts", "unit": "seconds"}
+    path, message = only_issue(doc)
+    assert path == "spec.sources[0].schema.event_time.unit"
+    assert message.startswith("must be one of 's', 'ms', 'us', 'ns' (got 'seconds')")
+
+
+def test_event_time_unknown_key_and_wrong_type(doc: Doc) -> None:
+    files(doc)["schema"]["event_time"] = {"column": "ts", "units": "s"}
+    assert only_issue(doc) == (
+        "spec.sources[0].schema.event_time.units",
+        "unknown field; did you mean 'unit'?",
+    )
+    files(doc)["schema"]["event_time"] = {"unit": "s"}
+    assert only_issue(doc) == ("spec.sources[0].schema.event_time.column", "required field is missing")
+    files(doc)["schema"]["event_time"] = 5
+    path, message = only_issue(doc)
+    assert path == "spec.sources[0].schema.event_time"
+    assert message.startswith("must be a column name or {column: <name>, unit: s|ms|us|ns}")
+
+
+def test_a_transform_may_name_the_event_time_column(doc: Doc) -> None:
+    files(doc)["schema"]["transforms"].append({"column": "ts", "fill": 0})
+    assert load_data_spec(doc).spec.sources[0].schema_.transforms[-1].column == "ts"
+
+
 @pytest.mark.parametrize("weight", [0, -0.5])
 def test_weight_must_be_positive(doc: Doc, weight: float) -> None:
     doc["spec"]["mixture"][0]["weight"] = weight
@@ -568,6 +617,8 @@ def test_json_schema_describes_the_document() -> None:
     defs = schema["$defs"]
     assert "schema" in defs["FileSource"]["properties"] and "schema_" not in defs["FileSource"]["properties"]
     assert set(defs["Label"]["properties"]) == {"column", "rule"}
+    assert [form["type"] for form in defs["EventTime"]["anyOf"]] == ["string", "object"]
+    assert defs["EventTime"]["anyOf"][1]["properties"]["unit"]["enum"] == ["s", "ms", "us", "ns"]
     json.dumps(schema)  # serializable, for the CRD generator
 
 
@@ -576,6 +627,12 @@ def test_json_schema_accepts_the_example_and_rejects_a_typo(doc: Doc) -> None:
     schema = data_spec_json_schema()
     as_json: Doc = json.loads(json.dumps(doc, default=str))
     jsonschema.validate(as_json, schema)
+    files(as_json)["schema"]["event_time"] = "ts"  # the plain form
+    jsonschema.validate(as_json, schema)
+    files(as_json)["schema"]["event_time"] = {"column": "ts", "unit": "minutes"}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(as_json, schema)
+    files(as_json)["schema"]["event_time"] = {"column": "ts", "unit": "s"}
     files(as_json)["path_templte"] = files(as_json).pop("path_template")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(as_json, schema)

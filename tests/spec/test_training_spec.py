@@ -35,6 +35,14 @@ def test_defaults_and_the_example_validate() -> None:
     assert table_sizes(training, data) == {"user_id": 1000003, "item_id": 1000003}
 
 
+def test_the_clock_chooses_itself_by_default_and_explicit_clocks_stay() -> None:
+    freshness = default_training().spec.mixing.freshness
+    assert (freshness.clock, freshness.live_lag_s) == ("auto", 3600.0)
+    for name in ("wall", "replay", "auto"):
+        chosen = load_training_spec(doc(mixing={"freshness": {"clock": name, "live_lag_s": 600}}))
+        assert (chosen.spec.mixing.freshness.clock, chosen.spec.mixing.freshness.live_lag_s) == (name, 600)
+
+
 def test_a_misspelled_field_is_named_with_a_suggestion() -> None:
     with pytest.raises(SpecError) as exc:
         load_training_spec(doc(mixing={"freshnes": {}}))
@@ -47,6 +55,8 @@ def test_a_misspelled_field_is_named_with_a_suggestion() -> None:
         ({"model": {"embedding_dim": 8, "bottom_mlp": [32, 16]}}, "spec.model.bottom_mlp"),
         ({"mode": "online"}, "spec.mode"),
         ({"mixing": {"freshness": {"max_share": 1.5}}}, "spec.mixing.freshness.max_share"),
+        ({"mixing": {"freshness": {"clock": "live"}}}, "spec.mixing.freshness.clock"),
+        ({"mixing": {"freshness": {"live_lag_s": 0}}}, "spec.mixing.freshness.live_lag_s"),
         ({"mixing": {"sources": {"events": {"cap": 0}}}}, "spec.mixing.sources.events.cap"),
         ({"batch_size": True}, "spec.batch_size"),
     ],

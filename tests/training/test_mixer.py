@@ -80,3 +80,46 @@ def test_state_round_trip_continues_identically() -> None:
     b.load_state_dict(a.state_dict())
     for i in range(20):
         assert a.plan(FULL, BOTH, guard=i % 2 == 0).rows == b.plan(FULL, BOTH, guard=i % 2 == 0).rows
+
+
+def scored_stream_policy(**kw: object) -> MixPolicy:
+    """The ``batch`` mode's policy: the stream is only scored."""
+    sources = [
+        SourcePolicy("history", weight=0.75, priority=0),
+        SourcePolicy("events", weight=0.25, priority=1, stream=True, trained=False),
+    ]
+    return policy(sources=sources, **kw)
+
+
+def test_a_scored_only_stream_never_changes_what_history_trains() -> None:
+    lagging, empty = scored_stream_policy(), scored_stream_policy()
+    only_history = policy(sources=[SourcePolicy("history", weight=0.75)])
+    for step in range(40):
+        a = lagging.plan(FULL, BOTH, guard=True)  # a lagging stream: the guard would be on
+        b = empty.plan({"history": 10_000, "events": 0}, BOTH, guard=False)
+        c = only_history.plan({"history": 10_000}, ["history"], guard=False)
+        assert a.rows["history"] == b.rows["history"] == c.rows["history"] == 100, step
+        assert not a.guard and not a.deferred  # nothing to protect: the stream is not learned from
+        assert "events" not in b.rows
+
+
+def test_a_scored_only_stream_keeps_its_weights_pace_then_takes_whole_steps() -> None:
+    p = scored_stream_policy()
+    scored = [p.plan(FULL, BOTH, guard=False).rows["events"] for _ in range(30)]
+    assert sum(scored) == 1000  # 100 history rows a step, the stream at 0.25 / 0.75 of them
+    assert set(scored) == {33, 34}
+    partial = p.plan({"history": 30, "events": 10_000}, BOTH, guard=False)
+    assert partial.rows == {"history": 30, "events": 10}  # the pace follows the rows actually trained
+    assert p.plan(FULL, ["events"], guard=False).rows == {"events": 100}  # history done: score freely
+    assert p.plan({"history": 100, "events": 5}, BOTH, guard=False).rows == {"history": 100, "events": 5}
+
+
+def test_caps_and_the_window_count_trained_rows_only() -> None:
+    sources = [
+        SourcePolicy("history", weight=0.5, cap=0.5),
+        SourcePolicy("events", weight=0.5, stream=True, trained=False),
+    ]
+    p = policy(sources=sources)
+    for _ in range(15):
+        plan = p.plan(FULL, BOTH, guard=False)
+        assert plan.rows == {"history": 100, "events": 100}  # a cap never starves the only trained source

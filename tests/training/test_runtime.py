@@ -76,7 +76,11 @@ def test_killed_trainer_resumes_with_the_same_sequence_of_trained_rows(world: Wo
     training = world.training(
         tmp_path / "training.yaml",
         batch_size=256,
-        mixing={"window_steps": 10, "freshness": {"max_lag_records": 3000, "max_event_age_s": None}},
+        mixing={
+            "window_steps": 10,
+            # The wall clock: the guard's decisions over this old data are part of what must repeat.
+            "freshness": {"max_lag_records": 3000, "max_event_age_s": None, "clock": "wall"},
+        },
         checkpoint={"every_steps": 5, "every_s": 0},
         publish={"every_s": 0},
     )
@@ -109,7 +113,12 @@ def test_freshness_guard_raises_the_stream_share_to_its_cap_then_back(world: Wor
             batch_size=256,
             mixing={
                 "window_steps": 5,
-                "freshness": {"max_lag_records": 500, "max_event_age_s": None, "max_share": 0.75},
+                "freshness": {
+                    "max_lag_records": 500,
+                    "max_event_age_s": None,
+                    "max_share": 0.75,
+                    "clock": "wall",  # old data: auto would replay it, holding the burst back
+                },
             },
             checkpoint={"every_steps": 0, "every_s": 0},
             publish={"every_s": 0},

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -116,8 +116,12 @@ def list_partition_with_policy(
             time.sleep(min(poll, remaining))
 
 
-def describe_file(fs: pafs.FileSystem, entry: pafs.FileInfo, fmt: str) -> FileInfo:
-    """Size from the listing; rows and row groups from the Parquet footer (one open + tail reads)."""
+def describe_file(
+    fs: pafs.FileSystem, entry: pafs.FileInfo, fmt: str, event_time: str | None = None
+) -> FileInfo:
+    """Size from the listing; rows and row groups from the Parquet footer (one open + tail reads);
+    with ``event_time``, that column's range from the footer's statistics, when every row group has
+    them (they cost nothing more to read: the footer is in memory)."""
     if fmt != "parquet":
         return FileInfo(entry.path, int(entry.size or 0))
     try:
@@ -126,4 +130,52 @@ def describe_file(fs: pafs.FileSystem, entry: pafs.FileInfo, fmt: str) -> FileIn
     except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for corrupt or truncated footers
         raise CorruptFileError(entry.path, f"unreadable Parquet footer: {exc}") from exc
     groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-    return FileInfo(entry.path, int(entry.size or 0), int(meta.num_rows), groups)
+    span = _event_time_range(meta, event_time) if event_time is not None else None
+    return FileInfo(entry.path, int(entry.size or 0), int(meta.num_rows), groups, span)
+
+
+def _event_time_range(meta: pq.FileMetaData, column: str) -> tuple[str, str, float, float] | None:
+    """(column, kind, low, high) from the statistics of ``column``; None when any row group lacks
+    them or their type is not one an event time can be (an integer, a timestamp, an ISO string)."""
+    index = next((j for j in range(meta.num_columns) if meta.schema.column(j).path == column), None)
+    if index is None or meta.num_row_groups == 0:
+        return None
+    lows: list[float] = []
+    highs: list[float] = []
+    kinds: set[str] = set()
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            if stats is not None and stats.num_values == 0:
+                continue  # a row group of nulls only: nothing to judge
+            return None
+        low, high = _stat_value(stats.min), _stat_value(stats.max)
+        if low is None or high is None or low[0] != high[0]:
+            return None
+        kinds.add(low[0])
+        lows.append(low[1])
+        highs.append(high[1])
+    if len(kinds) != 1:
+        return None
+    return column, kinds.pop(), min(lows), max(highs)
+
+
+def _stat_value(value: Any) -> tuple[str, float] | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return "int", float(value)
+    if isinstance(value, bytes):
+        try:
+            value = value.decode()
+        except UnicodeDecodeError:
+            return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return "ms", moment.timestamp() * 1000
+    return None

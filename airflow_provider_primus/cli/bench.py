@@ -8,16 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
-def _runs(value: str) -> int:
-    """A repeat count: 0 or less would leave no run to take the median of."""
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of runs, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"at least 1 run is needed, got {n}")
-    return n
+from airflow_provider_primus.cli.args import count_of
 
 
 def register(sub: Any) -> None:
@@ -40,8 +31,8 @@ def register(sub: Any) -> None:
     p.add_argument("--local-files", type=int, default=100_000, help="0 skips the no-delay measurement")
     p.add_argument("--workdir", type=Path, help="where to generate the stores (default: system temp)")
     median = "; the median is reported"
-    p.add_argument("--parallel-runs", type=_runs, default=3, help="default-planner runs" + median)
-    p.add_argument("--incremental-runs", type=_runs, default=5, help="incremental runs" + median)
+    p.add_argument("--parallel-runs", type=count_of("runs"), default=3, help="default-planner runs" + median)
+    p.add_argument("--incremental-runs", type=count_of("runs"), default=5, help="incremental runs" + median)
     p.set_defaults(handler=run_plan)
 
     d = bsub.add_parser(
@@ -122,7 +113,7 @@ def register(sub: Any) -> None:
         "lost and duplicated (from the trainer's trace), trainer crashes and the longest time from "
         "the broker's return to the stream training again.",
     )
-    f.add_argument("--trials", type=_runs, default=3)
+    f.add_argument("--trials", type=count_of("runs"), default=3)
     f.add_argument("--seed", type=int, default=0, help="trial i uses seed SEED+i")
     f.add_argument("--min-outage-s", type=float, default=3.0)
     f.add_argument("--max-outage-s", type=float, default=15.0)

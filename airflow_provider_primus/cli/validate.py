@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_primus.cli.args import count_of
+
 if TYPE_CHECKING:
     from airflow_provider_primus.spec import SpecIssue
     from airflow_provider_primus.spec.data import PrimusData
@@ -25,16 +27,6 @@ INVALID = 2
 # What a validator returns: its one-line summary, the data document a sample would read (the file
 # itself, or the one a job references) and, for a referenced one, the key its problems go under.
 Checked = tuple[str, "PrimusData | None", str | None]
-
-
-def _rows(value: str) -> int:
-    try:
-        rows = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of rows (got {value!r})") from None
-    if rows < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {rows})")
-    return rows
 
 
 def register(sub: Any) -> None:
@@ -50,7 +42,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object per file instead of lines")
     parser.add_argument(
         "--sample",
-        type=_rows,
+        type=count_of("rows"),
         metavar="N",
         help="also read N rows of each data source (files over the window, a topic's newest records) "
         "and report event times implausible in the declared unit (before 1990 or more than a day ahead)",

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 
 from airflow_provider_primus.cli.main import main
+from tests.data.conftest import seconds_data_document
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "primus-data.yaml"
 
@@ -146,45 +146,9 @@ def test_a_job_is_checked_against_the_documents_next_to_it(
 
 
 def _seconds_store(tmp_path: Path, event_time: object) -> Path:
-    """A day of hourly Parquet history whose ``ts`` holds epoch seconds, and its data document."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    start = datetime(2026, 3, 1, tzinfo=UTC)
-    for h in range(3):
-        t = start + timedelta(hours=h)
-        part = tmp_path / "store" / t.strftime("%Y-%m-%d") / t.strftime("%H")
-        part.mkdir(parents=True)
-        seconds = int(t.timestamp())
-        table = pa.table(
-            {"user_id": [1, 2], "clicked": [1, 0], "ts": pa.array([seconds, seconds + 1], pa.int64())}
-        )
-        pq.write_table(table, part / "part-0.parquet")
-    doc = {
-        "apiVersion": "primus.dev/v1alpha1",
-        "kind": "PrimusData",
-        "metadata": {"name": "seconds"},
-        "spec": {
-            "window": {"start": start.isoformat(), "end": (start + timedelta(hours=3)).isoformat()},
-            "sources": [
-                {
-                    "name": "history",
-                    "type": "files",
-                    "format": "parquet",
-                    "uri": str(tmp_path / "store"),
-                    "path_template": "{date}/{hour}",
-                    "granularity": "hour",
-                    "schema": {
-                        "sparse": ["user_id"],
-                        "label": {"column": "clicked"},
-                        "event_time": event_time,
-                    },
-                }
-            ],
-        },
-    }
+    """Three hours of Parquet history whose ``ts`` holds epoch seconds, and its data document."""
     path = tmp_path / "data.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path.write_text(yaml.safe_dump(seconds_data_document(tmp_path, event_time, hours=3)))
     return path
 
 

@@ -13,6 +13,40 @@ import pytest
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
+def seconds_data_document(root: Path, event_time: object, hours: int = 2) -> dict[str, Any]:
+    """Hourly Parquet history under ``root/store`` whose ``ts`` holds epoch **seconds** (as most logs
+    carry them), and the PrimusData document reading it with ``event_time`` as declared."""
+    for h in range(hours):
+        t = T0 + timedelta(hours=h)
+        part = root / "store" / t.strftime("%Y-%m-%d") / t.strftime("%H")
+        part.mkdir(parents=True, exist_ok=True)
+        seconds = int(t.timestamp())
+        rows = pa.table(
+            {"user_id": [1, 2], "clicked": [1, 0], "ts": pa.array([seconds, seconds + 1], pa.int64())}
+        )
+        pq.write_table(rows, part / "part-0.parquet")
+    schema = {"sparse": ["user_id"], "label": {"column": "clicked"}, "event_time": event_time}
+    return {
+        "apiVersion": "primus.dev/v1alpha1",
+        "kind": "PrimusData",
+        "metadata": {"name": "seconds"},
+        "spec": {
+            "window": {"start": T0.isoformat(), "end": (T0 + timedelta(hours=hours)).isoformat()},
+            "sources": [
+                {
+                    "name": "history",
+                    "type": "files",
+                    "format": "parquet",
+                    "uri": str(root / "store"),
+                    "path_template": "{date}/{hour}",
+                    "granularity": "hour",
+                    "schema": schema,
+                }
+            ],
+        },
+    }
+
+
 def table(rows: int, offset: int = 0) -> pa.Table:
     ids = list(range(offset, offset + rows))
     return pa.table(

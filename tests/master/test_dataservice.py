@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from airflow_provider_primus.master.dataservice import JobData
 from airflow_provider_primus.master.events import EventLog
@@ -14,41 +11,13 @@ from airflow_provider_primus.master.store import SqliteJobStore
 from airflow_provider_primus.spec import load_data_spec
 from airflow_provider_primus.spec.job import PrimusJob
 from airflow_provider_primus.spec.status import EventTimePayload, EventType
+from tests.data.conftest import seconds_data_document
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 def data_document(root: Path, event_time: object) -> dict[str, object]:
-    for h in range(2):
-        t = T0 + timedelta(hours=h)
-        part = root / "store" / t.strftime("%Y-%m-%d") / t.strftime("%H")
-        part.mkdir(parents=True, exist_ok=True)
-        seconds = int(t.timestamp())  # epoch seconds, as most logs carry them
-        table = pa.table({"user_id": [1, 2], "clicked": [1, 0], "ts": pa.array([seconds, seconds + 9])})
-        pq.write_table(table, part / "part-0.parquet")
-    return {
-        "apiVersion": "primus.dev/v1alpha1",
-        "kind": "PrimusData",
-        "metadata": {"name": "clicks"},
-        "spec": {
-            "window": {"start": T0.isoformat(), "end": (T0 + timedelta(hours=2)).isoformat()},
-            "sources": [
-                {
-                    "name": "history",
-                    "type": "files",
-                    "format": "parquet",
-                    "uri": str(root / "store"),
-                    "path_template": "{date}/{hour}",
-                    "granularity": "hour",
-                    "schema": {
-                        "sparse": ["user_id"],
-                        "label": {"column": "clicked"},
-                        "event_time": event_time,
-                    },
-                }
-            ],
-        },
-    }
+    return seconds_data_document(root, event_time)
 
 
 def planned_events(tmp_path: Path, event_time: object) -> list[tuple[str, dict[str, object]]]:

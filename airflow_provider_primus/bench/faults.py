@@ -40,6 +40,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import yaml
 
+from airflow_provider_primus.data.sources.kafka import produce
 from airflow_provider_primus.embedded.kafka import EmbeddedKafka, ensure_distribution
 from airflow_provider_primus.embedded.kafka.broker import free_port
 from airflow_provider_primus.gen.clicklog import World
@@ -153,18 +154,6 @@ class _Trace:
         return min(times) if times else None
 
 
-def _produce(bootstrap: str, topic: str, messages: list[bytes]) -> None:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
-    try:
-        for m in messages:
-            producer.send(topic, m)
-        producer.flush()
-    finally:
-        producer.close()
-
-
 def _until(
     store: SqliteJobStore, trace: _Trace, predicate: Callable[[JobRecord], bool], timeout_s: float, what: str
 ) -> JobRecord:
@@ -227,7 +216,7 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
         topic = "clicks"
         ensure_topic(state.bootstrap_servers, topic)
         job_path = _write_documents(root, world, state.bootstrap_servers, topic)
-        _produce(state.bootstrap_servers, topic, messages[:half])
+        produce(state.bootstrap_servers, topic, messages[:half])
         submit(job_path, store=store, home=root / "home")
         trace = _Trace(root / "home" / "jobs" / JOB / "trace.jsonl")
         second_half = set(stream_ids[half:])
@@ -278,7 +267,7 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
                 )
             else:
                 up = time.time()
-            _produce(state.bootstrap_servers, topic, messages[half:])
+            produce(state.bootstrap_servers, topic, messages[half:])
             record = _until(
                 store,
                 trace,

@@ -27,10 +27,11 @@ def run(args: argparse.Namespace) -> int:
     from airflow_provider_primus.data.service.executor import serve
     from airflow_provider_primus.spec import SpecError, load_data_spec
 
+    options = DataExecutorOptions.from_namespace(args)
     try:
-        spec = load_data_spec(args.spec)
-        token = load_token(args.token_file)
+        spec = load_data_spec(options.spec)
+        token = load_token(options.token_file)
     except (SpecError, RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return serve(args, spec, token)
+    return serve(options, spec, token)

@@ -21,11 +21,9 @@ that an idle reconcile pass costs the same number of requests at 10 and at 1,000
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,6 +43,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 from tenacity.wait import wait_base
+
+from airflow_provider_primus.master.client import retry_after_s
 
 log = logging.getLogger(__name__)
 
@@ -94,19 +94,8 @@ def _error(exc: ApiException) -> KubeError:
 
 
 def retry_after(headers: Mapping[str, str] | None) -> float | None:
-    """``Retry-After`` in seconds: delta-seconds, or an HTTP date from now; None if absent or bad."""
-    value = (headers or {}).get("Retry-After")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+    """``Retry-After`` in seconds (the control client's reading of it), None if absent or bad."""
+    return retry_after_s((headers or {}).get("Retry-After"))
 
 
 def transient(exc: BaseException, method: str) -> bool:

@@ -70,9 +70,10 @@ def retry_after_s(value: str | None) -> float | None:
     """``Retry-After`` in seconds: delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
     if not value:
         return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.master.api import ApiServer, JobControl, create_app
 from airflow_provider_primus.master.commands import executor_command
 from airflow_provider_primus.master.dataservice import JobData
@@ -131,7 +132,7 @@ class Master:
         return executor_command(self.job, self.paths, self.server.location, role, service_name)
 
     @property
-    def dispatcher(self) -> Any:
+    def dispatcher(self) -> Dispatcher:
         """The data service's current dispatcher (a restarted trainer rewinds it to its checkpoint)."""
         return self.jobdata.dispatcher
 

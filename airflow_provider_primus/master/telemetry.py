@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
@@ -20,18 +19,9 @@ from airflow_provider_primus.master.executors import Executor
 from airflow_provider_primus.resources.backend import Backend, Observation
 from airflow_provider_primus.resources.telemetry import Sample
 
-__all__ = ["Observed", "Telemetry"]
+__all__ = ["Telemetry", "usage"]
 
 SAMPLES_KEPT = 4000
-
-
-@dataclass(frozen=True)
-class Observed:
-    """A trainer's report this pass (possibly its last), or an executor that ended."""
-
-    executor: Executor
-    observation: Observation
-    report: Mapping[str, Any]
 
 
 class Telemetry:

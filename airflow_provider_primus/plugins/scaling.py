@@ -14,7 +14,7 @@ from airflow_provider_primus.master.store import Event
 from airflow_provider_primus.plugins.charts import Mark, Series, fmt_number, line_chart, timeline
 from airflow_provider_primus.plugins.history import SCALING_EVENTS
 from airflow_provider_primus.plugins.html import e, fmt_time
-from airflow_provider_primus.plugins.status import as_map, dig, event_payload, num
+from airflow_provider_primus.plugins.status import as_map, dig, num
 from airflow_provider_primus.spec.status import EventType, LaunchPayload, ResizePayload, ScalePayload
 
 _EVENT_COLORS = {
@@ -64,7 +64,7 @@ def allotment_series(events: Sequence[Event], status: Mapping[str, Any]) -> Allo
         name = ev.executor or ""
         if not name:
             continue
-        payload = event_payload(ev)
+        payload = ev.event.payload()
         before = live.get(name) or (
             (cpu[name][-1][1], memory[name][-1][1]) if cpu.get(name) and cpu[name][-1][1] else None
         )
@@ -116,7 +116,7 @@ def allotment_series(events: Sequence[Event], status: Mapping[str, Any]) -> Allo
 
 
 def _event_detail(ev: Event) -> str:
-    payload = event_payload(ev)
+    payload = ev.event.payload()
     if ev.type != EventType.SCALE_DECISION or not isinstance(payload, ScalePayload):
         return ""
     parts = [f"{k}={fmt_number(v)}" for k, v in sorted(payload.signals.items())]

@@ -7,10 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel
-
-from airflow_provider_primus.master.store import Event
-
 
 def num(value: Any) -> float | None:
     """A number as float; None for anything else (booleans included)."""
@@ -30,8 +26,3 @@ def dig(obj: Any, *keys: str) -> Any:
 
 def as_map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-def event_payload(event: Event) -> BaseModel:
-    """An event's typed payload (spec/status.py); one that does not fit its type reads as none."""
-    return event.event.payload()

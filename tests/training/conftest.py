@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from kafka import KafkaProducer
 
+from airflow_provider_primus.data.sources.kafka import produce
 from airflow_provider_primus.spec.sources import KafkaSource
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
@@ -90,16 +90,6 @@ def kafka_source(
             "schema": {**SCHEMA, **(schema or {})},
         }
     )
-
-
-def produce(bootstrap: str, topic: str, messages: list[bytes]) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    try:
-        for m in messages:
-            producer.send(topic, m)
-        producer.flush()
-    finally:
-        producer.close()
 
 
 @dataclass

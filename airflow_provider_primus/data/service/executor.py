@@ -35,6 +35,7 @@ from airflow_provider_primus.data.errors import CorruptFileError
 from airflow_provider_primus.data.reader import READ_ROWS, read_task
 from airflow_provider_primus.data.service.auth import TokenAuthFactory, advertised
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
+from airflow_provider_primus.data.service.options import DataExecutorOptions
 from airflow_provider_primus.data.service.wire import dumps, loads
 from airflow_provider_primus.data.sources.files import open_filesystem
 from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMismatchError, Transformed
@@ -431,25 +432,25 @@ def _ranges(rows: np.ndarray[Any, np.dtype[np.int64]]) -> list[tuple[int, int]]:
     return [(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, ends, strict=True)]
 
 
-def serve(args: Any, spec: Any, token: str) -> int:
+def serve(options: DataExecutorOptions, spec: Any, token: str) -> int:
     allotment = AllotmentWatcher()  # thread pools follow the backend's allotment (resizes too)
     granted = allotment.current()
-    transform_threads = args.transform_threads
+    transform_threads = options.transform_threads
     if granted is not None:
         # More transform threads than allotted cores only add chunks in flight (memory), not speed.
         transform_threads = min(transform_threads, max(1, math.ceil(granted.cpu)))
     executor = DataExecutor(
-        name=args.name,
-        dispatcher=args.dispatcher,
+        name=options.name,
+        dispatcher=options.dispatcher,
         token=token,
         spec=spec,
-        host=args.host,
-        port=args.port,
-        window=args.window,
-        batch_rows=args.batch_rows,
-        passthrough=tuple(args.passthrough or ()),
-        heartbeat_s=args.heartbeat_s,
-        master_grace_s=args.master_grace_s,
+        host=options.host,
+        port=options.port,
+        window=options.window,
+        batch_rows=options.batch_rows,
+        passthrough=options.passthrough,
+        heartbeat_s=options.heartbeat_s,
+        master_grace_s=options.master_grace_s,
         transform_threads=transform_threads,
     )
     # The Flight server already accepts calls; this thread only waits for the end of the job.

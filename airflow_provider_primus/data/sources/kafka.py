@@ -7,11 +7,11 @@ with a timestamp); an open-ended plan starts where the source's start policy say
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
@@ -78,6 +78,24 @@ def resolve_offsets(
         return [(tp.partition, start[tp], None) for tp in tps]
     finally:
         consumer.close()
+
+
+def produce(bootstrap_servers: str | list[str], topic: str, values: Iterable[bytes]) -> int:
+    """Send ``values`` to ``topic`` and wait until the broker has them all; raises the first send
+    error, so a broker that refused records is never reported as a success. Returns the count."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=5)
+    errors: list[BaseException] = []
+    sent = 0
+    try:
+        for value in values:
+            producer.send(topic, value).add_errback(errors.append)
+            sent += 1
+        producer.flush()
+    finally:
+        producer.close()
+    if errors:
+        raise errors[0]
+    return sent
 
 
 def ensure_topic(

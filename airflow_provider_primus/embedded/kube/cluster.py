@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
 # kwok hands out pod IPs from here; its default (10.0.0.0/24) overlaps the service range and holds
 # only 254 pods.
-POD_CIDR = "10.244.0.0/16"
+POD_CIDR = "127.244.0.0/16"  # simulated pod addresses, loopback like the nodes'
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc"
 # Read by the stages in stages.yaml.
 EXIT_CODE_ANNOTATION = "primus.dev/kwok-exit-code"
@@ -211,6 +211,9 @@ class KubeCluster:
                 f"--etcd-servers={etcd_url}",
                 f"--bind-address={LOOPBACK}",
                 f"--advertise-address={LOOPBACK}",
+                # Kubelets (here simulated) are reached at their InternalIP, never by a name the
+                # machine's resolver would look up.
+                "--kubelet-preferred-address-types=InternalIP",
                 f"--secure-port={api_port}",
                 f"--tls-cert-file={cert_file}",
                 f"--tls-private-key-file={key_file}",

@@ -18,7 +18,9 @@ from airflow_provider_primus.embedded.kube.access import ClusterState, KubeClust
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
-NODE_IP_RANGE = ipaddress.ip_network("10.240.0.0/16")
+# Simulated nodes get loopback addresses: whatever might ever try to reach one (the apiserver
+# proxying to a kubelet) stays on this machine.
+NODE_IP_RANGE = ipaddress.ip_network("127.240.0.0/16")
 
 
 def create_namespace(state: ClusterState, name: str, labels: Mapping[str, str] | None = None) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from airflow_provider_primus.data.sources.kafka import produce
 from airflow_provider_primus.embedded.kafka.broker import (
     INSTANCE_PROPERTY,
     BrokerState,
@@ -157,11 +158,7 @@ def test_data_survive_down_and_up_and_reset_wipes_them(kafka_dist, tmp_path: Pat
     workdir = tmp_path / "kafka"
     first = EmbeddedKafka(kafka_dist, workdir)
     state = first.start()
-    producer = KafkaProducer(bootstrap_servers=state.bootstrap_servers)
-    for i in range(25):
-        producer.send("kept", json.dumps({"id": i}).encode())
-    producer.flush()
-    producer.close()
+    produce(state.bootstrap_servers, "kept", (json.dumps({"id": i}).encode() for i in range(25)))
     first.stop()
 
     again = EmbeddedKafka(kafka_dist, workdir)

@@ -19,7 +19,7 @@ import torch
 
 from airflow_provider_primus.data.transforms import EVENT_TIME, LABEL
 
-__all__ = ["TensorBatch", "take_rows", "to_tensors"]
+__all__ = ["TensorBatch", "concat_batches", "take_rows", "to_tensors"]
 
 
 @dataclass
@@ -35,6 +35,10 @@ class TensorBatch:
     # numbers within it (batch sources) or "topic/partition" and offsets (a stream).
     origin: str | None = None
     positions: np.ndarray[Any, np.dtype[np.int64]] | None = None
+    # The time window (the planner's task group) the rows belong to, for shuffling within a window.
+    window: str | None = None
+    # Per-row origins once rows of several tasks are mixed (a shuffle); ``origin`` is then None.
+    origins: np.ndarray[Any, np.dtype[np.object_]] | None = None
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -49,7 +53,32 @@ class TensorBatch:
             extra={k: v[start:stop] for k, v in self.extra.items()},
             origin=self.origin,
             positions=None if self.positions is None else self.positions[start:stop],
+            window=self.window,
+            origins=None if self.origins is None else self.origins[start:stop],
         )
+
+    def rows(self, index: np.ndarray[Any, np.dtype[np.int64]]) -> TensorBatch:
+        """The rows at ``index`` (a gather, so a copy), with their origins and positions."""
+        picked = torch.from_numpy(index)
+        return TensorBatch(
+            sparse=self.sparse[picked],
+            dense=self.dense[picked],
+            labels=self.labels[picked],
+            event_time_ms=None if self.event_time_ms is None else self.event_time_ms[picked],
+            extra={k: v[index] for k, v in self.extra.items()},
+            origin=self.origin,
+            positions=None if self.positions is None else self.positions[index],
+            window=self.window,
+            origins=None if self.origins is None else self.origins[index],
+        )
+
+    def row_origins(self) -> np.ndarray[Any, np.dtype[np.object_]]:
+        """Every row's origin, whether the batch holds one task's rows or a shuffle of several."""
+        if self.origins is not None:
+            return self.origins
+        out = np.empty(len(self), dtype=object)
+        out[:] = self.origin
+        return out
 
     def event_times(self) -> torch.Tensor:
         """Event times in ms; 0 (the epoch, "unknown") when the source declares none."""
@@ -112,6 +141,33 @@ def to_tensors(
         labels=torch.from_numpy(labels),
         event_time_ms=event_time,
         extra={name: _column(batch, name).to_numpy(zero_copy_only=False) for name in extra},
+    )
+
+
+def concat_batches(batches: Sequence[TensorBatch]) -> TensorBatch:
+    """One batch of several (of one source and window): a shuffle buffer's pool. Origins become
+    per-row when the batches come from different tasks, so the trace still names every row."""
+    if len(batches) == 1:
+        return batches[0]
+    first = batches[0]
+    origins = {b.origin for b in batches if b.origins is None}
+    mixed = len(origins) > 1 or any(b.origins is not None for b in batches)
+    times = [b.event_time_ms for b in batches]
+    positions = [b.positions for b in batches]
+    return TensorBatch(
+        sparse=torch.cat([b.sparse for b in batches]),
+        dense=torch.cat([b.dense for b in batches]),
+        labels=torch.cat([b.labels for b in batches]),
+        event_time_ms=None
+        if any(t is None for t in times)
+        else torch.cat([t for t in times if t is not None]),
+        extra={k: np.concatenate([b.extra[k] for b in batches]) for k in first.extra},
+        origin=None if mixed else first.origin,
+        positions=None
+        if any(p is None for p in positions)
+        else np.concatenate([p for p in positions if p is not None]),
+        window=first.window,
+        origins=np.concatenate([b.row_origins() for b in batches]) if mixed else None,
     )
 
 

@@ -19,15 +19,16 @@ from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import plan
 from airflow_provider_primus.spec.data import PrimusData
 from airflow_provider_primus.spec.sources import FileSource, KafkaSource
-from airflow_provider_primus.spec.training import TrainingSpec
+from airflow_provider_primus.spec.training import TrainingSpec, replay_source
 from airflow_provider_primus.training.distributed import Group
 from airflow_provider_primus.training.feeds import Feed, FileFeed, StreamFeed
 from airflow_provider_primus.training.fetch import EventSink
+from airflow_provider_primus.training.replay import REPLAY_SUFFIX, ReplayFeed, is_replay
 from airflow_provider_primus.training.stream import StreamSource
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FeedOptions", "open_feeds", "participants", "share", "stream_partitions"]
+__all__ = ["FeedOptions", "open_feeds", "open_replay", "participants", "share", "stream_partitions"]
 
 
 class FeedOptions(Protocol):
@@ -99,6 +100,7 @@ def open_feeds(
     checkpointed positions; ``spec_path``: the data document on disk for the data executors."""
     sparse, dense = columns
     files = [s for s in data.spec.sources if isinstance(s, FileSource) and s.name in names]
+    shuffle = (spec.mixing.shuffle.buffer_rows, spec.seed + 7919 * group.rank)
     # With several trainers each hosts its own data service over a disjoint share of the tasks:
     # no trainer ever waits on another's acknowledgements (an ordered graph's barriers would
     # otherwise tie them together), and each keeps its own exact progress.
@@ -115,6 +117,7 @@ def open_feeds(
             state=states.get(files[0].name),
             open_graph=options.open_graph,
             grace_s=options.grace_s,
+            shuffle=shuffle,
         )
     elif files:
         window = data.spec.window
@@ -144,6 +147,7 @@ def open_feeds(
                 executors=spec.data_executors,
                 batch_rows=max(8192, spec.batch_size * 4),
                 state=states.get(source.name),
+                shuffle=shuffle,
             )
     if stream_src is not None and stream_src.name in names:
         state = states.get(stream_src.name)
@@ -169,3 +173,45 @@ def open_feeds(
                 skipped_records=int(state.get("skipped_records", 0)),
             )
         into[stream_src.name] = StreamFeed(stream_src.name, src)
+
+
+def open_replay(
+    into: dict[str, Feed],
+    data: PrimusData,
+    spec: TrainingSpec,
+    options: FeedOptions,
+    *,
+    columns: tuple[list[str], list[str]],
+    group: Group,
+    states: Mapping[str, Any],
+) -> None:
+    """Add the replay of history (``mixing.replay``) to the feeds opened, when it has something to
+    accompany: a files source being trained and a stream. Its tasks are the data document's window,
+    planned again here (a plan is deterministic and cached), so every trainer samples the same graph."""
+    source = replay_source(spec, data)
+    history = into.get(source) if source is not None else None
+    streams = [f for f in into.values() if f.stream]
+    if spec.mixing.replay.share == 0 or not isinstance(history, FileFeed) or not streams:
+        return
+    window = data.spec.window
+    if window is None:
+        log.warning("mixing.replay needs spec.window in the data document to sample from; not replaying")
+        return
+    found = next(s for s in data.spec.sources if s.name == source)
+    assert isinstance(found, FileSource)
+    tasks = [t for t in plan(data, window.start, window.end).tasks if t.source == source]
+    primaries = [f for f in into.values() if not is_replay(f.name)]
+    feed = ReplayFeed(
+        found,
+        tasks,
+        position=lambda: history.window,
+        finished=history.exhausted,
+        primaries=lambda: any(not f.exhausted() for f in primaries),
+        windows=spec.mixing.replay.windows,
+        seed=spec.seed + 7919 * group.rank,
+        sparse=columns[0],
+        dense=columns[1],
+        passthrough=options.passthrough,
+        state=states.get(found.name + REPLAY_SUFFIX),
+    )
+    into[feed.name] = feed

@@ -3,8 +3,9 @@
 A file feed runs that source's part of the data service inside the trainer: a dispatcher (thread)
 over the planned tasks and data-executor processes tied to the trainer's life, read through
 ``PrimusDataLoader``. Rows the loader handed over but the mixer has not trained yet stay in the
-feed's buffer; a checkpoint stores them with the loader's progress, so a resumed run trains exactly
-the rows an uninterrupted one would have, in the same order.
+feed's buffer (in served order, or in a seeded shuffle buffer within each window); a checkpoint
+stores them, with the shuffle's state and the loader's progress, so a resumed run trains exactly the
+rows an uninterrupted one would have, in the same order.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from airflow_provider_primus.data.service.dispatcher_server import DispatcherCli
 from airflow_provider_primus.data.service.launch import ExecutorProcess, launch_executor
 from airflow_provider_primus.data.service.loader import PrimusDataLoader
 from airflow_provider_primus.data.tensors import TensorBatch, take_rows
+from airflow_provider_primus.training.shuffle import ShuffleBuffer
 from airflow_provider_primus.training.stream import StreamSource
 
-__all__ = ["Feed", "FileFeed", "MemoryFeed", "StreamFeed"]
+__all__ = ["Feed", "Fifo", "FileFeed", "MemoryFeed", "StreamFeed"]
 
 
 class Feed(Protocol):
@@ -39,6 +41,45 @@ class Feed(Protocol):
     def exhausted(self) -> bool: ...
     def state(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
+
+
+class Fifo:
+    """Rows in the order served: history in time order (``mixing.shuffle.buffer_rows: 0``)."""
+
+    def __init__(self, batches: Sequence[TensorBatch] = ()) -> None:
+        self._buffer: collections.deque[TensorBatch] = collections.deque(batches)
+        self._rows = sum(len(b) for b in self._buffer)
+
+    def wants(self) -> int:
+        return 0
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def put(self, batch: TensorBatch) -> None:
+        self._buffer.append(batch)
+        self._rows += len(batch)
+
+    def take(self, rows: int) -> list[TensorBatch]:
+        out = take_rows(self._buffer, rows)
+        self._rows -= sum(len(b) for b in out)
+        return out
+
+    def state(self) -> list[TensorBatch]:
+        return list(self._buffer)
+
+
+def _hold(shuffle: tuple[int, int] | None, state: Mapping[str, Any] | None) -> Fifo | ShuffleBuffer:
+    """The feed's buffer: a shuffle of ``(buffer_rows, seed)`` or the served order, at ``state``."""
+    buffered = list(state["buffered"]) if state else []
+    if shuffle is None or shuffle[0] <= 0:
+        return Fifo(buffered)
+    saved = state.get("shuffle") if state else None
+    hold = ShuffleBuffer(shuffle[0], shuffle[1], saved)
+    if saved is None:  # a checkpoint from before shuffling (or of a run without it)
+        for batch in buffered:
+            hold.put(batch)
+    return hold
 
 
 class FileFeed:
@@ -58,7 +99,9 @@ class FileFeed:
         executors: int = 1,
         batch_rows: int = 4096,
         state: Mapping[str, Any] | None = None,
+        shuffle: tuple[int, int] | None = None,
     ) -> None:
+        """``shuffle``: ``(buffer_rows, seed)`` to shuffle within each window, None for served order."""
         self.name = name
         self.server: DispatcherServer | None = None
         self.executors: list[ExecutorProcess] = []
@@ -81,7 +124,13 @@ class FileFeed:
             self.close()
             raise
         self._connect(
-            server.location, token=token, sparse=sparse, dense=dense, passthrough=passthrough, state=state
+            server.location,
+            token=token,
+            sparse=sparse,
+            dense=dense,
+            passthrough=passthrough,
+            state=state,
+            shuffle=shuffle,
         )
 
     @classmethod
@@ -97,6 +146,7 @@ class FileFeed:
         state: Mapping[str, Any] | None = None,
         open_graph: bool = False,
         grace_s: float = 0.0,
+        shuffle: tuple[int, int] | None = None,
     ) -> FileFeed:
         """A feed over a data service someone else runs (a job's master and its data executors)."""
         feed = cls.__new__(cls)
@@ -119,6 +169,7 @@ class FileFeed:
             state=state,
             open_graph=open_graph,
             grace_s=grace_s,
+            shuffle=shuffle,
         )
         return feed
 
@@ -133,6 +184,7 @@ class FileFeed:
         state: Mapping[str, Any] | None,
         open_graph: bool = False,
         grace_s: float = 0.0,
+        shuffle: tuple[int, int] | None = None,
     ) -> None:
         progress = dict(state["progress"]) if state else None
         self.location = location
@@ -149,15 +201,17 @@ class FileFeed:
         )
         self._it: Iterator[TensorBatch] = iter(self.loader)
         self._retry_at = 0.0
-        self._buffer: collections.deque[TensorBatch] = collections.deque(state["buffered"] if state else ())
-        self._rows = sum(len(b) for b in self._buffer)
+        self._hold = _hold(shuffle, state)
         self._done = False
         self.watermark_ms = int(state["watermark_ms"]) if state else 0
+        self.window: str | None = state.get("window") if state else None  # of the rows taken last
 
     def available(self, want: int) -> int:
-        """Blocks until ``want`` rows are buffered or the window is finished: batch data is always
-        "there", only the pipeline's latency stands between, so waiting keeps runs deterministic."""
-        while self._rows < want and not self._done:
+        """Blocks until ``want`` rows are buffered (and a shuffle's pool can stay full) or the
+        window is finished: batch data is always "there", only the pipeline's latency stands
+        between, so waiting keeps runs deterministic."""
+        target = want + self._hold.wants()
+        while len(self._hold) < target and not self._done:
             if self.loader.idle:  # an open graph with nothing left for now: look again shortly
                 if time.monotonic() < self._retry_at:
                     break
@@ -170,26 +224,29 @@ class FileFeed:
                     break
                 self._done = True
                 break
-            self._buffer.append(batch)
-            self._rows += len(batch)
-        return self._rows
+            self._hold.put(batch)
+        return len(self._hold)
 
     def take(self, rows: int) -> list[TensorBatch]:
-        out = take_rows(self._buffer, rows)
-        self._rows -= sum(len(b) for b in out)
+        out = self._hold.take(rows)
         for b in out:
             if b.event_time_ms is not None and len(b):
                 self.watermark_ms = max(self.watermark_ms, int(b.event_time_ms.max()))
+            if b.window is not None:
+                self.window = b.window
         return out
 
     def exhausted(self) -> bool:
-        return self._done and self._rows == 0
+        return self._done and len(self._hold) == 0
 
     def state(self) -> dict[str, Any]:
+        held = self._hold.state()
         return {
             "progress": self.loader.progress(),
-            "buffered": list(self._buffer),
+            "buffered": held if isinstance(held, list) else [],
+            "shuffle": held if isinstance(held, dict) else None,
             "watermark_ms": self.watermark_ms,
+            "window": self.window,
         }
 
     def close(self) -> None:
@@ -253,22 +310,19 @@ class MemoryFeed:
     def __init__(self, name: str, batches: Sequence[TensorBatch], *, stream: bool = False) -> None:
         self.name = name
         self.stream = stream
-        self._buffer: collections.deque[TensorBatch] = collections.deque(batches)
-        self._rows = sum(len(b) for b in batches)
+        self._hold = Fifo(batches)
 
     def available(self, want: int) -> int:
-        return self._rows
+        return len(self._hold)
 
     def take(self, rows: int) -> list[TensorBatch]:
-        out = take_rows(self._buffer, rows)
-        self._rows -= sum(len(b) for b in out)
-        return out
+        return self._hold.take(rows)
 
     def exhausted(self) -> bool:
-        return self._rows == 0
+        return len(self._hold) == 0
 
     def state(self) -> dict[str, Any]:
         return {}
 
     def close(self) -> None:
-        self._buffer.clear()
+        self._hold = Fifo()

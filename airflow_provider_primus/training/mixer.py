@@ -16,6 +16,9 @@ A pure class (no I/O, no clock) so every rule is unit-testable and a checkpoint 
   at the pace its weight gives it relative to the rows trained (once nothing is left to train, a
   whole step's worth). So the stream is scored alongside the history it follows, as in ``mixed``
   mode, yet its presence, lag or absence never changes what history is trained.
+- **Replay** sources (history drawn again, ``mixing.replay``) take a fixed share of the step off the
+  top, and only alongside rows of the other trained sources, at their pace: an idle stream with
+  history done gives a step of nothing, never a step of replay alone.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class SourcePolicy:
     cap: float = 1.0
     stream: bool = False
     trained: bool = True  # False: its rows are only scored (the stream in batch mode)
+    replay_share: float = 0.0  # > 0: a replay of history, this share of every step
 
 
 @dataclass
@@ -91,17 +95,38 @@ class MixPolicy:
         active = [n for n in self.sources if n in active]
         if not active:
             return StepPlan({}, guard)
-        trained = [n for n in active if self.sources[n].trained]
+        replays = [n for n in active if self.sources[n].replay_share > 0]
+        trained = [n for n in active if self.sources[n].trained and n not in replays]
         # The guard protects a stream the model learns from; with none among the trained sources
         # there is nothing for history to give way to.
         guard = guard and any(self.sources[n].stream for n in trained)
-        rows, deferred = self._split(available, trained, guard) if trained else ({}, {})
-        self._window.append({n: r for n, r in rows.items() if r})
+        room = sum(
+            math.floor(self.sources[n].replay_share * self.batch_size)
+            for n in replays
+            if available.get(n, 0) > 0
+        )
+        size = self.batch_size - room
+        rows, deferred = self._split(available, trained, guard, size) if trained else ({}, {})
         trained_rows = sum(rows.values())
+        for n in replays:
+            rows[n] = self._replay_rows(n, available.get(n, 0), trained_rows, size)
+        self._window.append({n: r for n, r in rows.items() if r})
         for n in active:
             if not self.sources[n].trained:
                 rows[n] = self._scored_rows(n, available.get(n, 0), trained, trained_rows)
         return StepPlan({n: r for n, r in rows.items() if r}, guard, deferred)
+
+    def _replay_rows(self, name: str, available: int, trained_rows: int, size: int) -> int:
+        """A replay's rows: its share of a full step when the others fill theirs, proportionally
+        fewer when they cannot (rounding carried over)."""
+        if not available or not trained_rows:
+            return 0
+        share = self.sources[name].replay_share
+        exact = min(trained_rows, size) * share / (1.0 - share) + self._carry[name]
+        wanted = max(0, math.floor(exact))
+        rows = min(wanted, available)
+        self._carry[name] = exact - wanted if rows == wanted else 0.0
+        return rows
 
     def _scored_rows(self, name: str, available: int, trained: list[str], trained_rows: int) -> int:
         """A scored-only source's rows: its weight's pace relative to the rows trained this step
@@ -117,15 +142,16 @@ class MixPolicy:
         return rows
 
     def _split(
-        self, available: Mapping[str, int], active: list[str], guard: bool
+        self, available: Mapping[str, int], active: list[str], guard: bool, size: int
     ) -> tuple[dict[str, int], dict[str, int]]:
-        """The step's rows between the trained sources, and the rows the guard deferred."""
+        """``size`` rows (the step less a replay's share) between the trained sources, and the
+        rows the guard deferred."""
         shares = self.shares(active, guard)
         wanted: dict[str, int] = {}
-        exact = {n: shares[n] * self.batch_size + self._carry[n] for n in active}
+        exact = {n: shares[n] * size + self._carry[n] for n in active}
         for n in active:
             wanted[n] = max(0, math.floor(exact[n]))
-        leftover = self.batch_size - sum(wanted.values())
+        leftover = size - sum(wanted.values())
         by_fraction = sorted(
             active, key=lambda n: (-(exact[n] - math.floor(exact[n])), -self.sources[n].priority, n)
         )
@@ -136,7 +162,7 @@ class MixPolicy:
             # Carry only rounding, not unmet demand: a source that could not deliver does not get a
             # burst later, it simply had less data.
             self._carry[n] = max(-1.0, min(1.0, exact[n] - wanted[n])) if rows[n] == wanted[n] else 0.0
-        spare = self.batch_size - sum(rows.values())
+        spare = size - sum(rows.values())
         # Spare capacity goes to whoever has data, within caps; a cap never leaves a step short when
         # no other source has data to offer (it bounds a share, it is not a rate limit).
         for capped in (True, False):
@@ -154,8 +180,8 @@ class MixPolicy:
             base = self.shares(active, guard=False)
             for n in active:
                 if not self.sources[n].stream:
-                    short = math.floor(base[n] * self.batch_size) - rows[n]
-                    if short > 0 and available.get(n, 0) >= math.floor(base[n] * self.batch_size):
+                    short = math.floor(base[n] * size) - rows[n]
+                    if short > 0 and available.get(n, 0) >= math.floor(base[n] * size):
                         deferred[n] = short
         return rows, deferred
 
@@ -173,11 +199,13 @@ def policy_for(
     mixture: Sequence[MixtureEntry],
     spec: TrainingSpec,
     scored_only: Collection[str] = (),
+    replays: Collection[str] = (),
 ) -> MixPolicy:
     """The policy for these feeds (name -> whether it is a stream, in feed order): weights and
     priorities from the data's mixture, caps and the stream's share from the training spec; a source
     the mixture does not name weighs 1.0 at priority 0. ``scored_only``: sources the mode scores
-    but never trains (the stream in ``batch`` mode)."""
+    but never trains (the stream in ``batch`` mode); ``replays``: replay feeds, at
+    ``mixing.replay.share`` of each step."""
     weights = {m.source: m for m in mixture}
     policies = []
     for name, stream in streams.items():
@@ -191,6 +219,7 @@ def policy_for(
                 cap=control.cap if control else 1.0,
                 stream=stream,
                 trained=name not in scored_only,
+                replay_share=spec.mixing.replay.share if name in replays else 0.0,
             )
         )
     return MixPolicy(

@@ -44,7 +44,7 @@ from airflow_provider_primus.training.checkpoint import CheckpointStore
 from airflow_provider_primus.training.clock import ClockSwitch, TrainingClock
 from airflow_provider_primus.training.control import LocalStep, StepControl
 from airflow_provider_primus.training.distributed import Group
-from airflow_provider_primus.training.feed_setup import open_feeds, participants
+from airflow_provider_primus.training.feed_setup import open_feeds, open_replay, participants
 from airflow_provider_primus.training.feeds import Feed, StreamFeed
 from airflow_provider_primus.training.guard import freshness_guard, update_gate
 from airflow_provider_primus.training.holdout import evaluate_holdout
@@ -53,6 +53,7 @@ from airflow_provider_primus.training.mixer import MixPolicy, policy_for
 from airflow_provider_primus.training.model import DLRM, device_for
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.publish import Publisher
+from airflow_provider_primus.training.replay import is_replay
 from airflow_provider_primus.training.reporter import JobReporter
 from airflow_provider_primus.training.savepoints import Savepoints
 from airflow_provider_primus.training.summary import (
@@ -312,9 +313,20 @@ class Trainer:
                 spec_path=self._spec_path,
                 on_event=self._job_event,
             )
+            if self.mode == "mixed":
+                open_replay(
+                    self.feeds,
+                    self.data,
+                    self.training.spec,
+                    self.options,
+                    columns=(self.sparse_cols, self.dense_cols),
+                    group=self.group,
+                    states=states,
+                )
         streams = {name: feed.stream for name, feed in self.feeds.items()}
         scored_only = [name for name in self.feeds if not self.weights.trains_on(name)]
-        policy = policy_for(streams, self.data.spec.mixture, self.training.spec, scored_only)
+        replays = [name for name in self.feeds if is_replay(name)]
+        policy = policy_for(streams, self.data.spec.mixture, self.training.spec, scored_only, replays)
         if self._mixer_state is not None:
             policy.load_state_dict(self._mixer_state)
         return policy

@@ -35,6 +35,7 @@ __all__ = [
 @dataclass
 class TrainMetrics:
     rows_trained: dict[str, int] = field(default_factory=dict)
+    rows_replayed: dict[str, int] = field(default_factory=dict)  # per files source (mixing.replay)
     rows_scored: int = 0
     deferred: dict[str, int] = field(default_factory=dict)
     guard_steps: int = 0
@@ -130,6 +131,7 @@ def summarize(
         "mode": mode,
         "steps": steps,
         "rows_trained": dict(m.rows_trained),
+        "rows_replayed": dict(m.rows_replayed),
         "rows_scored": m.rows_scored,
         "progressive": _progressive(scores, window_rows),
         "freshness_s": {
@@ -161,6 +163,7 @@ def contribution(
     m = metrics
     return {
         "rows_trained": m.rows_trained,
+        "rows_replayed": m.rows_replayed,
         "rows_scored": m.rows_scored,
         "deferred": m.deferred,
         "guard_steps": m.guard_steps,
@@ -172,6 +175,11 @@ def contribution(
     }
 
 
+def _add(into: dict[str, int], counts: Mapping[str, int]) -> None:
+    for name, value in counts.items():
+        into[name] = into.get(name, 0) + value
+
+
 def merge_summaries(
     own: dict[str, Any], everyone: list[dict[str, Any]], *, seed: int, window_rows: int, elapsed_s: float
 ) -> dict[str, Any]:
@@ -180,22 +188,22 @@ def merge_summaries(
     out = own
     scores, fresh = ScoreLog(), Percentiles(seed=seed)
     rows: dict[str, int] = {}
+    replayed: dict[str, int] = {}
     deferred: dict[str, int] = {}
     implausible: dict[str, int] = {}
     for r in everyone:
         scores.append(r["scores"]["labels"], r["scores"]["probs"])
         fresh.add(np.asarray(r["freshness"], dtype=np.float64))
-        for n, v in r["rows_trained"].items():
-            rows[n] = rows.get(n, 0) + v
-        for n, v in r["deferred"].items():
-            deferred[n] = deferred.get(n, 0) + v
-        for n, v in r.get("event_time_implausible", {}).items():
-            implausible[n] = implausible.get(n, 0) + v
+        _add(rows, r["rows_trained"])
+        _add(replayed, r.get("rows_replayed", {}))
+        _add(deferred, r["deferred"])
+        _add(implausible, r.get("event_time_implausible", {}))
     out.update(
         trainers=len(everyone),
         # Every replica applied the same summed gradients: a difference here is a bug, not noise.
         replicas_identical=len({r["model_sha256"] for r in everyone}) == 1,
         rows_trained=rows,
+        rows_replayed=replayed,
         rows_scored=sum(r["rows_scored"] for r in everyone),
         deferred=deferred,
         guard_steps=max(r["guard_steps"] for r in everyone),

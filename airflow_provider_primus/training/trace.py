@@ -23,8 +23,9 @@ def step_rows(parts: Sequence[tuple[str, TensorBatch]], passthrough: Sequence[st
     for name, batch in parts:
         positions = batch.positions.tolist() if batch.positions is not None else [None] * len(batch)
         extras = [batch.extra[c].tolist() for c in passthrough if c in batch.extra]
+        origins = batch.row_origins().tolist()
         for i, pos in enumerate(positions):
-            rows.append([name, batch.origin, pos, *(e[i] for e in extras)])
+            rows.append([name, origins[i], pos, *(e[i] for e in extras)])
     return rows
 
 

@@ -29,6 +29,7 @@ from airflow_provider_primus.spec.training import SourceControl
 from airflow_provider_primus.training.distributed import Group
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
 from airflow_provider_primus.training.optim import Optimizers
+from airflow_provider_primus.training.replay import is_replay, replayed_source
 from airflow_provider_primus.training.summary import TrainMetrics
 
 log = logging.getLogger(__name__)
@@ -50,14 +51,16 @@ class SourceWeights:
         stream alone (history is not even read then, but a ready-made feed could still offer it)."""
         if self.stream is not None and name == self.stream:
             return self.mode in ("stream", "mixed")
+        if is_replay(name):  # history replayed while the stream trains
+            return self.mode == "mixed"
         return self.mode in ("batch", "mixed")
 
     def loss_weight(self, name: str) -> float:
-        control = self.controls.get(name)
+        control = self.controls.get(replayed_source(name))
         return control.loss_weight if control else 1.0
 
     def lr_multiplier(self, name: str) -> float:
-        control = self.controls.get(name)
+        control = self.controls.get(replayed_source(name))
         return control.lr_multiplier if control else 1.0
 
 
@@ -141,12 +144,15 @@ class Updater:
                 loss.backward()  # type: ignore[no-untyped-call]
             self.group.sum_gradients(self.model)
             self.optim.step(lr_scale=lr_sum / total)
-        for _, b in trained_rows:
-            if b.event_time_ms is not None and len(b):
+        for n, b in trained_rows:
+            if b.event_time_ms is not None and len(b) and not is_replay(n):  # replays are old news
                 self.metrics.watermark_ms = max(self.metrics.watermark_ms, int(b.event_time_ms.max()))
         now_ms = self.clock_ms()
         for n, b in parts:
-            if w.trains_on(n):
+            if w.trains_on(n) and is_replay(n):  # counted as replays, never as consumption
+                source = replayed_source(n)
+                self.metrics.rows_replayed[source] = self.metrics.rows_replayed.get(source, 0) + len(b)
+            elif w.trains_on(n):
                 self.metrics.rows_trained[n] = self.metrics.rows_trained.get(n, 0) + len(b)
                 if n == stream_name and b.event_time_ms is not None:
                     age = (now_ms - b.event_time_ms.numpy()).clip(min=0) / 1000.0

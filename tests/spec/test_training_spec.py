@@ -59,6 +59,9 @@ def test_a_misspelled_field_is_named_with_a_suggestion() -> None:
         ({"mixing": {"freshness": {"live_lag_s": 0}}}, "spec.mixing.freshness.live_lag_s"),
         ({"mixing": {"sources": {"events": {"cap": 0}}}}, "spec.mixing.sources.events.cap"),
         ({"batch_size": True}, "spec.batch_size"),
+        ({"mixing": {"replay": {"share": 1.0}}}, "spec.mixing.replay.share"),
+        ({"mixing": {"replay": {"share": -0.1}}}, "spec.mixing.replay.share"),
+        ({"mixing": {"shuffle": {"buffer_rows": -1}}}, "spec.mixing.shuffle.buffer_rows"),
     ],
 )
 def test_bad_values_name_their_field(spec: dict[str, Any], path: str) -> None:
@@ -87,3 +90,16 @@ def test_a_holdout_overlapping_the_training_window_is_refused() -> None:
     with pytest.raises(SpecError) as exc:
         check_against(training, data)
     assert "spec.evaluation.holdout" in messages(exc)
+
+
+def test_history_is_shuffled_and_not_replayed_by_default() -> None:
+    mixing = default_training().spec.mixing
+    assert (mixing.shuffle.buffer_rows, mixing.replay.share, mixing.replay.windows) == (65_536, 0.0, 0)
+
+
+def test_replay_must_name_a_files_source() -> None:
+    data = load_data_spec(EXAMPLE / "primus-data.yaml")
+    check_against(load_training_spec(doc(mixing={"replay": {"share": 0.2, "windows": 7}})), data)
+    with pytest.raises(SpecError) as exc:
+        check_against(load_training_spec(doc(mixing={"replay": {"share": 0.2, "source": "events"}})), data)
+    assert "spec.mixing.replay.source" in messages(exc) and "not a files source" in messages(exc)

@@ -122,6 +122,8 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         self._unlabelled: dict[str, list[tuple[int, int]]] = {}
         self._front: collections.deque[tuple[Any, ...]] = collections.deque()
         self.ends: dict[str, int | None] = {}
+        # Each task's window (its time group): the trainer shuffles history within a window only.
+        self.windows: dict[str, str] = {}
         self.metrics = Metrics()
         self._metrics_lock = threading.Lock()
         self.stopping = threading.Event()
@@ -195,6 +197,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         item_id, task = lease["item_id"], lease["task"]
         start, end = lease["start_row"], lease["end_row"]
         self.ends[item_id] = end
+        self.windows[task.task_id] = task.group
         source = self.spec.spec.source(task.source)
         transformer = self.transformers[source.name]
         fs, _ = open_filesystem(source.uri)
@@ -407,7 +410,15 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                             writer.begin(out.schema)
                             started = True
                         writer.write_with_metadata(
-                            out, dumps({"task": task_id, "start": first_row + offset, "rows": out.num_rows})
+                            out,
+                            dumps(
+                                {
+                                    "task": task_id,
+                                    "window": self.windows.get(task_id),
+                                    "start": first_row + offset,
+                                    "rows": out.num_rows,
+                                }
+                            ),
                         )
                         self.metrics.rows += out.num_rows
                         self.metrics.bytes += out.nbytes

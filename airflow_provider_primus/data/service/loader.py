@@ -234,6 +234,7 @@ class PrimusDataLoader:
                     self._handed = (task, a, b)
                     batch = to_tensors(piece, sparse=self.sparse, dense=self.dense, extra=self.extra)
                     batch.origin, batch.positions = task, np.arange(a, b, dtype=np.int64)
+                    batch.window = meta.get("window")
                     yield batch
                     self._settle()
                 conn.consumed()

@@ -61,10 +61,12 @@ class TensorBatch:
         """The rows at ``index`` (a gather, so a copy), with their origins and positions."""
         picked = torch.from_numpy(index)
         return TensorBatch(
-            sparse=self.sparse[picked],
-            dense=self.dense[picked],
-            labels=self.labels[picked],
-            event_time_ms=None if self.event_time_ms is None else self.event_time_ms[picked],
+            sparse=torch.index_select(self.sparse, 0, picked),
+            dense=torch.index_select(self.dense, 0, picked),
+            labels=torch.index_select(self.labels, 0, picked),
+            event_time_ms=None
+            if self.event_time_ms is None
+            else torch.index_select(self.event_time_ms, 0, picked),
             extra={k: v[index] for k, v in self.extra.items()},
             origin=self.origin,
             positions=None if self.positions is None else self.positions[index],

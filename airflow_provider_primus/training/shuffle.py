@@ -29,11 +29,11 @@ __all__ = ["ShuffleBuffer"]
 def _assign(pool: TensorBatch, slots: np.ndarray[Any, np.dtype[np.int64]], rows: TensorBatch) -> None:
     """Write ``rows`` into the pool's ``slots`` (in place: the pool's tensors are its own copies)."""
     index = torch.from_numpy(slots)
-    pool.sparse[index] = rows.sparse
-    pool.dense[index] = rows.dense
-    pool.labels[index] = rows.labels
+    pool.sparse.index_copy_(0, index, rows.sparse)
+    pool.dense.index_copy_(0, index, rows.dense)
+    pool.labels.index_copy_(0, index, rows.labels)
     if pool.event_time_ms is not None and rows.event_time_ms is not None:
-        pool.event_time_ms[index] = rows.event_time_ms
+        pool.event_time_ms.index_copy_(0, index, rows.event_time_ms)
     for name, values in pool.extra.items():
         values[slots] = rows.extra[name]
     if pool.positions is not None and rows.positions is not None:

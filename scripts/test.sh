@@ -5,12 +5,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+# The real node's runtime for the `realnode` tests (Debian's containerd, runc and CNI plugins), when
+# this machine can install packages; without them those tests skip and say what is missing.
+if { ! command -v containerd >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 || [ ! -x /usr/lib/cni/bridge ]; } \
+  && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "test: installing containerd, runc and containernetworking-plugins (apt) for the real-node tests"
+  pkgs="containerd runc containernetworking-plugins"
+  apt-get install -y -q $pkgs >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $pkgs >/dev/null; }
+fi
 # The Kubernetes control plane (kube-apiserver, kube-scheduler, etcd, kwok) for the kube tests: built
 # from source with Go once into ~/.cache/airflow-provider-primus (minutes), a stamp check afterwards.
 # Only the tests need it, so the demo's bootstrap does not build it.
 if command -v go >/dev/null 2>&1; then
+  # Plus the real node's kubelet and kube-controller-manager (same module, same release; ~1 min warm).
   .venv/bin/python -c 'import logging; logging.basicConfig(level=logging.INFO, format="test: %(message)s")
-from airflow_provider_primus.embedded.kube.binaries import ensure_binaries; ensure_binaries()'
+from airflow_provider_primus.embedded.kube.binaries import ensure_binaries, ensure_node_binaries
+ensure_binaries(); ensure_node_binaries()'
 else
   echo "test: warning: no go on PATH; the Kubernetes control plane is not built and its tests skip (install Go >= 1.25)" >&2
 fi

@@ -16,6 +16,7 @@ from pathlib import Path
 from airflow_provider_primus import __version__
 from airflow_provider_primus.cli import (
     bench,
+    cluster,
     demo,
     doctor,
     gen,
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.register(sub)
     jobs.register(sub)
     k8s.register(sub)
+    cluster.register(sub)
     return parser
 
 

@@ -275,6 +275,18 @@ class KubeApi:
     def get(self, path: str, **query: Any) -> dict[str, Any]:
         return self.request("GET", path, query=query)
 
+    def get_text(self, path: str, **query: Any) -> str:
+        """A plain-text GET (a pod's ``log`` subresource), retried like any GET."""
+
+        def once() -> bytes:
+            resp = self._call(
+                "GET", path, query=query, headers={"Accept": "*/*"}, body=None, timeout=self.timeout_s
+            )
+            data: bytes = resp.data
+            return data
+
+        return self.retry.call("GET", path, once).decode(errors="replace")
+
     def create(self, path: str, body: Mapping[str, Any], **query: Any) -> dict[str, Any]:
         return self.request("POST", path, query=query, body=dict(body))
 

@@ -39,6 +39,11 @@ KUBE_VERSION = "v1.35.4"
 KWOK_VERSION = "v0.8.0"
 KWOK_PACKAGE = "sigs.k8s.io/kwok/cmd/kwok"
 KUBE_PACKAGES = ("k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-scheduler", "./cmd/etcd")
+# A real node's components: only the real-node tests and `primus cluster up` need them, so they are
+# built (and stamped) on their own and the control-plane tests never wait for them.
+NODE_PACKAGES = ("k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-controller-manager")
+NODE_BIN = "node-bin"
+NODE_STAMP = "node-stamp"
 # The module files copied into the cache; the etcd wrapper is the only source of our own.
 MODULE_FILES = ("go.mod", "go.sum", "cmd/etcd/main.go")
 STAMP = "stamp"
@@ -92,6 +97,21 @@ def binaries_in(home: Path, version: str = KUBE_VERSION, kwok_version: str = KWO
     )
 
 
+@dataclass(frozen=True)
+class NodeBinaries:
+    version: str
+    kubelet: Path
+    controller_manager: Path
+
+    def all(self) -> tuple[Path, Path]:
+        return (self.kubelet, self.controller_manager)
+
+
+def node_binaries_in(home: Path, version: str = KUBE_VERSION) -> NodeBinaries:
+    bin_dir = home / NODE_BIN
+    return NodeBinaries(version, bin_dir / "kubelet", bin_dir / "kube-controller-manager")
+
+
 def _module_source() -> dict[str, bytes]:
     root = resources.files(__package__).joinpath("controlplane")
     return {name: root.joinpath(name).read_bytes() for name in MODULE_FILES}
@@ -107,14 +127,27 @@ def build_stamp(version: str = KUBE_VERSION, kwok_version: str = KWOK_VERSION) -
     return digest.hexdigest()
 
 
-def _is_complete(bins: KubeBinaries, stamp: str) -> bool:
-    stamp_file = bins.home / STAMP
+def node_build_stamp(version: str = KUBE_VERSION) -> str:
+    """The same module files and link flags as the control plane's, plus the node's packages."""
+    digest = hashlib.sha256()
+    for name, data in sorted(_module_source().items()):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    for part in (version, _kube_ldflags(version), *NODE_PACKAGES):
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def _stamped(stamp_file: Path, stamp: str, paths: tuple[Path, ...]) -> bool:
     try:
         if stamp_file.read_text().strip() != stamp:
             return False
     except OSError:
         return False
-    return all(path.is_file() and os.access(path, os.X_OK) for path in bins.all())
+    return all(path.is_file() and os.access(path, os.X_OK) for path in paths)
+
+
+def _is_complete(bins: KubeBinaries, stamp: str) -> bool:
+    return _stamped(bins.home / STAMP, stamp, bins.all())
 
 
 @contextlib.contextmanager
@@ -163,6 +196,25 @@ def _record_build_times(home: Path, entry: dict[str, object]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"builds": history}, indent=2) + "\n")
     tmp.replace(path)
+
+
+def _replace_dir(staged: Path, target: Path) -> None:
+    """Swap ``staged`` in for ``target`` so a reader never sees a half-written directory."""
+    old = target.with_name(f".{target.name}-old")
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        target.rename(old)
+    staged.rename(target)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _write_module(src: Path) -> None:
+    for name, data in _module_source().items():
+        target = src / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
 
 
 def _go_version(go: str, env: dict[str, str]) -> str:
@@ -254,4 +306,58 @@ def ensure_binaries(
             },
         )
         log.info("built in %.0fs (control plane) + %.0fs (kwok)", kube_s, kwok_s)
+    return bins
+
+
+def ensure_node_binaries(
+    cache_dir: Path | None = None, *, version: str = KUBE_VERSION, go: str | None = None
+) -> NodeBinaries:
+    """kubelet and kube-controller-manager for ``version``, from the control plane's module (same
+    ``replace`` lines, so the node is the very release the API server is), into
+    ``<cache_dir>/kube-<version>/node-bin``. About a minute with a warm Go cache; a stamp check after."""
+    home = (cache_dir or default_cache_dir()) / f"kube-{version}"
+    bins = node_binaries_in(home, version)
+    stamp = node_build_stamp(version)
+    if _stamped(home / NODE_STAMP, stamp, bins.all()):
+        return bins
+    go_path = shutil.which("go") if go is None else go
+    if not go_path:
+        raise GoNotFoundError(
+            f"the kubelet and kube-controller-manager ({version}) are built from source once and need "
+            "Go (>= 1.25) on PATH; fix: install Go from https://go.dev/dl/ and rerun scripts/test.sh"
+        )
+    with _locked(home):
+        if _stamped(home / NODE_STAMP, stamp, bins.all()):
+            return bins
+        env = _go_env(go_path)
+        with tempfile.TemporaryDirectory(dir=home, prefix=".build-node-") as tmp:
+            src, staged = Path(tmp) / "src", Path(tmp) / NODE_BIN
+            _write_module(src)
+            staged.mkdir()
+            log.info(
+                "building kubelet and kube-controller-manager %s with Go into %s (once)", version, staged
+            )
+            node_s = _run_go(
+                [go_path, "build", "-trimpath", "-ldflags", _kube_ldflags(version), "-o", f"{staged}/",
+                 *NODE_PACKAGES],
+                cwd=src,
+                env={**env, "GOFLAGS": f"{env['GOFLAGS']} -mod=mod".strip()},
+                what=f"kubelet and kube-controller-manager {version}",
+            )  # fmt: skip
+            for path in bins.all():
+                if not (staged / path.name).is_file():
+                    raise KubeBinariesError(f"go reported success but {path.name} is not in {staged}")
+            _replace_dir(staged, bins.kubelet.parent)
+        (home / NODE_STAMP).write_text(stamp + "\n")
+        _record_build_times(
+            home,
+            {
+                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "go": _go_version(go_path, env),
+                "cpus": os.cpu_count(),
+                "kubelet_controller_manager_s": round(node_s, 1),
+                "stamp": stamp[:16],
+            },
+        )
+        log.info("built the node's binaries in %.0fs", node_s)
     return bins

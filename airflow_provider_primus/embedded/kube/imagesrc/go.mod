@@ -1,0 +1,3 @@
+module primus.dev/nodeimages
+
+go 1.22

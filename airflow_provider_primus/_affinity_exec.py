@@ -1,10 +1,11 @@
-"""Exec a command pinned to cores: ``python -S _affinity_exec.py CORES [--cgroup DIR] -- CMD...``.
+"""Exec a command pinned to cores: ``python -S _affinity_exec.py CORES [--cgroup DIR]... -- CMD...``.
 
 Run as a script, not imported, for the reason ``_orphan_guard`` gives: setting the affinity (and
 joining a cgroup) in a ``preexec_fn`` would run Python between fork and exec in a parent full of
 threads. Here the setup happens in a fresh single-threaded interpreter, so the command starts on
-its cores and inside its memory limit from its first instruction, and every thread and process it
-creates inherits both. ``CORES`` is a comma-separated list of CPU ids.
+its cores and inside its limits from its first instruction, and every thread and process it creates
+inherits them. ``CORES`` is a comma-separated list of CPU ids; each ``--cgroup`` is a group to join
+(cgroup v1 has one per controller).
 """
 
 import os
@@ -17,17 +18,18 @@ def main(argv: list[str]) -> None:
     except ValueError:
         split = -1
     options, command = argv[:split], argv[split + 1 :]
+    groups = options[2::2]
     if (
         split < 1
         or not command
-        or len(options) not in (1, 3)
-        or (len(options) == 3 and options[1] != "--cgroup")
+        or len(options) % 2 != 1
+        or any(flag != "--cgroup" for flag in options[1::2])
     ):
-        sys.stderr.write("usage: _affinity_exec.py CORES [--cgroup DIR] -- COMMAND [ARG...]\n")
+        sys.stderr.write("usage: _affinity_exec.py CORES [--cgroup DIR]... -- COMMAND [ARG...]\n")
         os._exit(2)
     try:
-        if len(options) == 3:
-            with open(os.path.join(options[2], "cgroup.procs"), "w") as procs:
+        for group in groups:
+            with open(os.path.join(group, "cgroup.procs"), "w") as procs:
                 procs.write(str(os.getpid()))
         os.sched_setaffinity(0, [int(c) for c in options[0].split(",")])
     except (OSError, ValueError) as e:

@@ -240,11 +240,15 @@ class _Planner:
             sig = {"starvation": starvation, "credit_blocked": idle, "rows_per_s": victim.rows_per_s}
             self.emit("scale_in", "data", victim.executor, (n, n - 1), why=why, load_after=load, **sig)
 
-    def lower(self, s: _Signals) -> None:
-        """Give back what an executor does not use, landing inside the band so noise cannot raise it again."""
+    def lower(self, s: _Signals, data_flowing: bool = True) -> None:
+        """Give back what an executor does not use, landing inside the band so noise cannot raise it again.
+
+        ``data_flowing``: some data executor served rows within the window. Without that, a trainer's
+        waiting is on its sources themselves (a live stream it has caught up with), not on the data
+        service: no data is about to catch up, so its idle CPU is idle, and the next burst raises it."""
         targets = self.policy.targets
         # A starving trainer's CPU is idle because of data; taking it away would hurt once data catches up.
-        starving = s.role == "trainer" and s.starvation > targets.starvation
+        starving = s.role == "trainer" and s.starvation > targets.starvation and data_flowing
         if s.cpu_util < targets.cpu_utilization / 2 and not starving:
             need = _ceil_05(s.used_cores / (LANDING * targets.cpu_utilization))
             new = max(self.roles[s.role].cpu_range[0], need)
@@ -300,11 +304,16 @@ def decide(
 
     targets = policy.targets
     scaled_in = {d.executor for d in plan.decisions if d.action == "scale_in"}
+    data_flowing = any(d.rows_per_s > 0 for d in data)
     for s in judged:
-        compute_bound = s.cpu_util >= targets.cpu_utilization and s.starvation < targets.starvation / 2
+        # With no rows coming from the data service, a trainer's waiting is on its own stream, whose
+        # fetch and decode run on the trainer's CPU (a burst of events): at its CPU target it is
+        # compute-bound however much of its time the training loop spent waiting for them.
+        waiting_ok = s.starvation < targets.starvation / 2 or not data_flowing
+        compute_bound = s.cpu_util >= targets.cpu_utilization and waiting_ok
         if s.role == "trainer" and compute_bound:
             why = f"trainer {s.executor} is compute-bound ({s.cpu_util:.0%} CPU, starved {s.starvation:.0%})"
             plan.raise_cpu(s, why, cpu_util=s.cpu_util, starvation=s.starvation)
         elif s.executor not in scaled_in:
-            plan.lower(s)
+            plan.lower(s, data_flowing)
     return plan.decisions

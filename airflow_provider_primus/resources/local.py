@@ -1,10 +1,12 @@
-"""The local backend: executors are OS processes on this machine, isolated without privileges.
+"""The local backend: executors are OS processes on this machine.
 
-Cores come from CPU affinity (set before the program starts, changed in place on resize); a
-fractional share is enforced from outside like ``cpulimit`` (SIGSTOP/SIGCONT against a token
-bucket), because cgroup v1 here is not ours to write. Memory is capped by cgroup v2 where it is
-delegated to us, else by an RSS watchdog that kills at ``kill_fraction`` of the limit, before the
-kernel's OOM killer would pick a victim (possibly the master) on its own.
+Cores come from CPU affinity (set before the program starts, changed in place on resize). Where
+this process may create cgroups (v1 as root, or a delegated v2 subtree: ``resources/cgroups.py``)
+the kernel enforces the CPU quota and the memory limit of each executor's own group, rewritten in
+place on resize. Elsewhere a fractional share is enforced from outside like ``cpulimit``
+(SIGSTOP/SIGCONT against a token bucket) and memory by an RSS watchdog that kills at
+``kill_fraction`` of the limit, before the kernel's OOM killer would pick a victim (possibly the
+master) on its own. Each executor's ``ref`` says which mechanism is in force (``enforcement``).
 
 Executors run in their own session and are not tied to the launcher: a restarted master re-adopts
 them from their handles (pid + start time, so a recycled pid is never mistaken for ours).
@@ -30,6 +32,7 @@ from typing import Any
 
 from airflow_provider_primus.resources import procfs
 from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
+from airflow_provider_primus.resources.cgroups import Groups, Hierarchy, Setting
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +65,17 @@ class _Exec:
     start_time: int
     cores: list[int]
     popen: subprocess.Popen[bytes] | None = None
-    cgroup: Path | None = None
+    groups: Groups | None = None
     bucket: _Bucket | None = None
     active: bool = False  # throttled, watched and counted in the per-core allotment
     pressure_sent: bool = False
     peak_rss: int = 0  # the watchdog's highest reading since the last observe
     reason: str | None = None
     high: tuple[float, int, int] = (0.0, 0, 0)  # cumulative counters reported: never go back
+
+
+def _fallback() -> dict[str, str]:
+    return {"cpu": "duty-cycle", "memory": "watchdog"}
 
 
 def _copy(handle: Handle) -> Handle:
@@ -103,7 +110,10 @@ class LocalBackend:
         watchdog_interval_s: float = 0.1,
         kill_fraction: float = 0.95,
         on_event: EventSink | None = None,
+        cgroups: Setting | None = None,
     ) -> None:
+        """``cgroups``: ``auto`` (the default; ``PRIMUS_LOCAL_CGROUPS`` overrides) uses whichever
+        cgroup version is writable, ``v1``/``v2`` only that one, ``off`` the duty cycle and watchdog."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._cores = sorted(os.sched_getaffinity(0) if cores is None else cores)
@@ -115,7 +125,10 @@ class LocalBackend:
         self._lock = threading.Condition()
         self._execs: dict[str, _Exec] = {}
         self._load = dict.fromkeys(self._cores, 0.0)
-        self._cgroup_base = procfs.delegated_cgroup()
+        setting = cgroups or os.environ.get("PRIMUS_LOCAL_CGROUPS", "auto")
+        if setting not in ("auto", "v1", "v2", "off"):
+            raise ValueError(f"cgroups must be auto, v1, v2 or off (got {setting!r})")
+        self._hierarchy = Hierarchy.detect(str(self.workdir.resolve()), setting)  # type: ignore[arg-type]
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -145,11 +158,12 @@ class LocalBackend:
                 raise ValueError(f"executor {name!r} is already running")
             cores = self._pick_cores(allotment.cpu, [])
             _write_atomic(afile, {**allotment.to_dict(), "cores": cores})
-            cgroup = None
+            groups = None
             wrapper = [sys.executable, "-S", "-E", str(_WRAPPER), ",".join(map(str, cores))]
-            if self._cgroup_base is not None:
-                cgroup = procfs.make_cgroup(self._cgroup_base, name, allotment.memory)
-                wrapper += ["--cgroup", str(cgroup)]
+            if self._hierarchy is not None:
+                groups = self._hierarchy.create(name, allotment.cpu, allotment.memory)
+                for d in groups.dirs():
+                    wrapper += ["--cgroup", str(d)]
             with open(logfile, "ab") as out:
                 popen = subprocess.Popen(
                     [*wrapper, "--", *command],
@@ -162,9 +176,10 @@ class LocalBackend:
             st = procfs.stat(popen.pid)
             assert st is not None  # our unreaped child: at worst a zombie, never gone
             ref = {"pid": popen.pid, "start_time": st.start_time, "cores": list(cores), "log": str(logfile)}
-            ref |= {"allotment_file": str(afile)} | ({"cgroup": str(cgroup)} if cgroup else {})
+            ref |= {"allotment_file": str(afile)}
+            ref |= groups.to_ref() if groups else {"enforcement": _fallback()}
             ex = _Exec(
-                Handle(name, role, index, allotment, ref), popen.pid, st.start_time, cores, popen, cgroup
+                Handle(name, role, index, allotment, ref), popen.pid, st.start_time, cores, popen, groups
             )
             self._activate(ex)
             return _copy(ex.handle)
@@ -181,9 +196,9 @@ class LocalBackend:
                 ex.handle, allotment=allotment, ref={**ex.handle.ref, "cores": list(cores)}
             )
             self._add_load(ex, +1)
+            if ex.groups is not None:
+                Hierarchy.resize(ex.groups, allotment.cpu, allotment.memory)
             self._set_quota(ex)
-            if ex.cgroup is not None:
-                procfs.set_memory_limit(ex.cgroup, allotment.memory)
             ex.pressure_sent = False
             # Last: the executor resizes its thread pools on seeing this, and the cores are set by now.
             _write_atomic(Path(ex.handle.ref["allotment_file"]), {**allotment.to_dict(), "cores": cores})
@@ -205,8 +220,8 @@ class LocalBackend:
             procfs.signal_group(pid, start, signal.SIGKILL)
             _wait_gone(pid, start, popen, 5.0)
         procfs.signal_group(pid, start, signal.SIGKILL)  # group members that outlived their leader
-        if ex is not None and ex.cgroup is not None:
-            procfs.remove_cgroup(ex.cgroup)
+        if ex is not None and ex.groups is not None:
+            Hierarchy.remove(ex.groups)
 
     def observe(self, handles: Sequence[Handle]) -> dict[str, Observation]:
         links = procfs.parent_links()  # one /proc scan for all the trees
@@ -224,8 +239,8 @@ class LocalBackend:
             if ex is not None and ex.active and ex.pid == int(pid):
                 return True
             cores = [int(c) for c in handle.ref.get("cores") or self._cores]
-            cgroup = Path(handle.ref["cgroup"]) if handle.ref.get("cgroup") else None
-            self._activate(_Exec(_copy(handle), int(pid), int(start), cores, None, cgroup))
+            groups = Groups.from_ref(handle.ref)
+            self._activate(_Exec(_copy(handle), int(pid), int(start), cores, None, groups))
             return True
 
     def close(self) -> None:
@@ -235,8 +250,11 @@ class LocalBackend:
                 self._release_throttle(ex)
             self._lock.notify_all()
             threads, self._threads = self._threads, []
+            alive = any(ex.active for ex in self._execs.values())
         for t in threads:
             t.join()
+        if self._hierarchy is not None and not alive:
+            self._hierarchy.close()
 
     # --- bookkeeping (callers hold the lock) ---------------------------------------------------
 
@@ -281,14 +299,15 @@ class LocalBackend:
         ex.active = False
         self._add_load(ex, -1)
         self._release_throttle(ex)
-        if ex.cgroup is not None:
-            if ex.reason is None and procfs.oom_kills(ex.cgroup):
+        if ex.groups is not None:
+            if ex.reason is None and Hierarchy.oom_kills(ex.groups):
                 ex.reason = f"memory limit: killed by the kernel at {ex.handle.allotment.memory}"
-            procfs.remove_cgroup(ex.cgroup)
+            Hierarchy.remove(ex.groups)
 
     def _set_quota(self, ex: _Exec) -> None:
         cpu = ex.handle.allotment.cpu
-        if cpu >= len(ex.cores):  # affinity alone enforces whole cores
+        if cpu >= len(ex.cores) or (ex.groups is not None and ex.groups.cpu is not None):
+            # Affinity alone enforces whole cores; a cgroup's quota is the kernel's to enforce.
             self._release_throttle(ex)
         elif ex.bucket is not None:
             ex.bucket.rate = cpu
@@ -383,7 +402,8 @@ class LocalBackend:
         if rss >= _PRESSURE_FRACTION * limit and not ex.pressure_sent:
             ex.pressure_sent = True
             events.append(("MemoryPressure", name, {"rss": rss, "memory": limit, "pid": ex.pid}))
-        if ex.cgroup is None and rss >= self._kill_fraction * limit:  # with a cgroup the kernel enforces
+        kernel = ex.groups is not None and ex.groups.memory is not None  # then the kernel enforces
+        if not kernel and rss >= self._kill_fraction * limit:
             ex.reason = f"memory limit: rss {rss} reached {self._kill_fraction:.0%} of {limit}"
             procfs.signal_group(ex.pid, ex.start_time, signal.SIGKILL, signal.SIGCONT)
             self._deactivate(ex)

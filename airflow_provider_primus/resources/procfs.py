@@ -7,7 +7,6 @@ end at any moment, and a watchdog that raised on a race would stop guarding the 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -157,75 +156,3 @@ def wait_ended(pid: int, start_time: int, timeout_s: float) -> bool:
             return False
         time.sleep(0.02)
     return True
-
-
-# --- cgroup v2 ---------------------------------------------------------------------------------
-
-
-def delegated_cgroup() -> Path | None:
-    """Our own cgroup v2 directory when we may set memory limits below it, else None (cgroup v1,
-    or v2 without delegation: then the RSS watchdog enforces memory limits instead)."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    own = next((ln[3:] for ln in lines if ln.startswith("0::")), None)
-    if own is None:
-        return None
-    base = CGROUP_FS / own.lstrip("/")
-    if base.name == _MASTER_LEAF:  # a master we moved aside earlier: its parent is the delegated one
-        base = base.parent
-    writable = all(os.access(base / f, os.W_OK) for f in ("memory.max", "cgroup.subtree_control"))
-    return base if writable else None
-
-
-def _enable_memory_controller(base: Path) -> None:
-    control = base / "cgroup.subtree_control"
-    if "memory" in control.read_text().split():
-        return
-    try:
-        control.write_text("+memory")
-    except OSError as e:
-        if e.errno != errno.EBUSY:
-            raise
-        # cgroup v2's "no internal processes" rule: a cgroup that holds processes cannot hand
-        # controllers to children, so the processes here (the master) move into a leaf first.
-        leaf = base / _MASTER_LEAF
-        leaf.mkdir(exist_ok=True)
-        for pid in (base / "cgroup.procs").read_text().split():
-            with contextlib.suppress(ProcessLookupError):
-                (leaf / "cgroup.procs").write_text(pid)
-        control.write_text("+memory")
-
-
-def make_cgroup(base: Path, name: str, memory: int) -> Path:
-    _enable_memory_controller(base)
-    group = base / f"primus-{name}"
-    group.mkdir(exist_ok=True)
-    set_memory_limit(group, memory)
-    # An OOM kill takes the whole executor, never one worker of it that leaves the rest confused.
-    with contextlib.suppress(OSError):
-        (group / "memory.oom.group").write_text("1")
-    with contextlib.suppress(OSError):  # swap would let the executor exceed its limit unnoticed
-        (group / "memory.swap.max").write_text("0")
-    return group
-
-
-def set_memory_limit(group: Path, memory: int) -> None:
-    (group / "memory.max").write_text(str(memory))
-
-
-def oom_kills(group: Path) -> int:
-    try:
-        for line in (group / "memory.events").read_text().splitlines():
-            key, value = line.split()
-            if key == "oom_kill":
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def remove_cgroup(group: Path) -> None:
-    with contextlib.suppress(OSError):  # still populated, or already gone
-        group.rmdir()

@@ -130,15 +130,16 @@ class MixPolicy:
 
     def _scored_rows(self, name: str, available: int, trained: list[str], trained_rows: int) -> int:
         """A scored-only source's rows: its weight's pace relative to the rows trained this step
-        (rounding carried over), or a whole step once no trained source is left."""
-        if trained:
+        (rounding carried over), or a whole step when nothing is trained (no trained source left,
+        or a followed one idle until its next window)."""
+        if trained and trained_rows:
             weight = sum(self.sources[n].weight for n in trained)
             exact = trained_rows * self.sources[name].weight / weight + self._carry[name]
         else:
             exact = float(self.batch_size)
         wanted = max(0, math.floor(exact))
         rows = min(wanted, available)
-        self._carry[name] = exact - wanted if rows == wanted and trained else 0.0
+        self._carry[name] = exact - wanted if rows == wanted and trained and trained_rows else 0.0
         return rows
 
     def _split(

@@ -101,8 +101,15 @@ def job_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[JobWo
         "apiVersion": "primus.dev/v1alpha1",
         "kind": "PrimusTraining",
         "metadata": {"name": "t"},
-        # Small steps: a pass is a thousand of them, so a test can act between any two.
-        "spec": {"mode": "batch", "batch_size": 20, "checkpoint": {"every_steps": 50, "every_s": 0.0}},
+        # Small steps: a pass is a thousand of them, so a test can act between any two. No shuffle
+        # buffer: it would take this small pass into the trainer at once, and the tests act while
+        # the data executors still serve it.
+        "spec": {
+            "mode": "batch",
+            "batch_size": 20,
+            "checkpoint": {"every_steps": 50, "every_s": 0.0},
+            "mixing": {"shuffle": {"buffer_rows": 0}},
+        },
     }
     training_path = tmp_path / "training.yaml"
     training_path.write_text(yaml.safe_dump(training))

@@ -270,8 +270,14 @@ def test_over_provisioned_trainer_cpu_lowered_not_below_min_and_not_when_starvin
     [floor] = decide(idle, views(trainer_cpu=(2.5, 4.0)), Scaling(), 30.0)
     assert floor.after == 2.5
     assert decide(idle, views(trainer_cpu=(4.0, 4.0)), Scaling(), 30.0) == []
+    # Waiting on data executors that serve rows: data is catching up, the CPU stays.
     starving = series("trainer-0", "trainer", cpu=4.0, util=0.2, wait=0.6)
-    assert decide(starving, views(), Scaling(), 30.0) == []
+    feeding = series("data-0", "data", util=0.7, wait=0.1, rows_per_s=100.0)
+    assert decide(starving + feeding, views(), Scaling(), 30.0) == []
+    # Waiting with no data executor serving (a live stream caught up): idle CPU, given back.
+    for caught_up in (starving, starving + series("data-0", "data", util=0.0, wait=0.0, rows_per_s=0.0)):
+        [low] = [d for d in decide(caught_up, views(), Scaling(), 30.0) if d.role == "trainer"]
+        assert (low.executor, low.action, low.after) == ("trainer-0", "resize_cpu", 1.15)
     barely = series("trainer-0", "trainer", cpu=0.55, util=0.3, wait=0.05)  # would save under 0.1 core
     assert decide(barely, views(), Scaling(), 30.0) == []
 
@@ -476,3 +482,15 @@ def test_closed_loop_converges_without_reversals() -> None:
             assert view.cpu_range[0] <= d.after <= view.cpu_range[1]
         if d.action in HORIZONTAL:
             assert view.min_replicas <= d.after <= view.max_replicas
+
+
+def test_a_trainer_busy_with_a_stream_burst_gets_cpu_one_starved_by_data_executors_does_not() -> None:
+    # At its CPU target and "waiting" 60% of the loop: on its own stream's fetch and decode (no data
+    # executor serving rows), the trainer's CPU is the bottleneck.
+    burst = series("trainer-0", "trainer", cpu=0.5, util=0.95, wait=0.6)
+    idle_data = series("data-0", "data", util=0.02, wait=0.0, rows_per_s=0.0)
+    [up] = [d for d in decide(burst + idle_data, views(), Scaling(), 30.0) if d.role == "trainer"]
+    assert (up.executor, up.action, up.before, up.after) == ("trainer-0", "resize_cpu", 0.5, 1.5)
+    # The same trainer while data executors serve it: the wait is theirs, the trainer keeps its CPU.
+    serving = series("data-0", "data", util=0.5, wait=0.1, rows_per_s=100.0)
+    assert [d for d in decide(burst + serving, views(), Scaling(), 30.0) if d.role == "trainer"] == []

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_primus.process import pid_alive
-from airflow_provider_primus.resources import procfs
+from airflow_provider_primus.resources import cgroups, procfs
 from airflow_provider_primus.resources.allotment import AllotmentWatcher
 from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
 from airflow_provider_primus.resources.local import LocalBackend
@@ -34,6 +34,16 @@ import pathlib, sys
 pathlib.Path(sys.argv[1]).write_text("ready")
 while True:
     pass
+"""
+HOG = """
+import pathlib, sys, time
+pathlib.Path(sys.argv[1]).write_text("ready")
+chunks = []
+while True:
+    chunk = bytearray(10 << 20)
+    chunk[::4096] = b"\\x01" * (len(chunk) // 4096)  # touch every page: resident, not just mapped
+    chunks.append(chunk)
+    time.sleep(0.02)
 """
 SLEEPER = """
 import pathlib, sys, time
@@ -215,7 +225,8 @@ def test_resize_in_place_moves_every_thread_and_the_executor_follows(executors: 
 
 
 def test_fractional_cpu_is_throttled_and_never_left_stopped(executors: Executors) -> None:
-    backend = executors.backend(cores=CORES[:1])
+    """The fallback where no cgroup is writable: the SIGSTOP/SIGCONT duty cycle."""
+    backend = executors.backend(cores=CORES[:1], cgroups="off")
     handle, ready = executors.launch(backend, "busy", BUSY, cpu=0.25)
     wait_for(ready.exists, what="the busy loop")
     pid = handle.ref["pid"]
@@ -237,7 +248,7 @@ def test_fractional_cpu_is_throttled_and_never_left_stopped(executors: Executors
 
     # A restarted master resumes the throttle; terminate continues the stopped process, so SIGTERM
     # ends it at once rather than after the grace.
-    restarted = executors.backend(cores=CORES[:1])
+    restarted = executors.backend(cores=CORES[:1], cgroups="off")
     assert restarted.adopt(throttled)
     wait_for(lambda: state(pid) == "T", what="the adopted throttle to stop it")
     began = time.monotonic()
@@ -251,19 +262,10 @@ def test_fractional_cpu_is_throttled_and_never_left_stopped(executors: Executors
 def test_memory_watchdog_kills_before_the_limit(executors: Executors) -> None:
     events: list[tuple[str, str, dict[str, Any]]] = []
     limit = 200 * MiB
-    backend = executors.backend(
-        watchdog_interval_s=0.01, kill_fraction=0.9, on_event=lambda *e: events.append(e)
+    backend = executors.backend(  # the fallback where no cgroup is writable
+        watchdog_interval_s=0.01, kill_fraction=0.9, on_event=lambda *e: events.append(e), cgroups="off"
     )
-    hog = """
-    import pathlib, sys, time
-    pathlib.Path(sys.argv[1]).write_text("ready")
-    chunks = []
-    while True:
-        chunk = bytearray(10 << 20)
-        chunk[::4096] = b"\\x01" * (len(chunk) // 4096)  # touch every page: resident, not just mapped
-        chunks.append(chunk)
-        time.sleep(0.02)
-    """
+    hog = HOG
     handle, _ = executors.launch(backend, "hog", hog, memory=limit)
 
     wait_for(lambda: any(kind == "MemoryLimit" for kind, _, _ in events), what="the watchdog's kill")
@@ -348,20 +350,22 @@ def test_cgroup_v2_limits_where_delegated(
 ) -> None:
     """This machine has no delegated cgroup v2, so a directory stands in for the cgroup file system:
     the backend's writes, and the wrapper joining the cgroup before exec, are what is checked."""
-    assert procfs.delegated_cgroup() is None  # the watchdog is what guards memory here
+    assert cgroups.delegated_cgroup() is None  # v1 here (or the watchdog) guards memory
     lines = Path("/proc/self/cgroup").read_text().splitlines()
     own = next(line[3:] for line in lines if line.startswith("0::"))
     fake = tmp_path / "cgroupfs" / own.lstrip("/")  # our own cgroup, as delegated to us
     fake.mkdir(parents=True)
     for name in ("memory.max", "cgroup.subtree_control", "cgroup.procs"):
         (fake / name).write_text("")
-    monkeypatch.setattr(procfs, "CGROUP_FS", tmp_path / "cgroupfs")
-    assert procfs.delegated_cgroup() == fake
-    backend = executors.backend()
+    monkeypatch.setattr(cgroups, "CGROUP_FS", tmp_path / "cgroupfs")
+    assert cgroups.delegated_cgroup() == fake
+    backend = executors.backend(cgroups="v2")
     handle, ready = executors.launch(backend, "boxed", SLEEPER, memory=300 * MiB)
     wait_for(ready.exists, what="the child")
 
-    group = Path(handle.ref["cgroup"])
+    # No cpu controller delegated (no cgroup.controllers naming it): CPU stays with the duty cycle.
+    assert handle.ref["enforcement"] == {"cpu": "duty-cycle", "memory": "cgroup-v2"}
+    group = Path(handle.ref["cgroup_memory"])
     assert group == fake / "primus-boxed"
     assert (fake / "cgroup.subtree_control").read_text() == "+memory"
     assert (group / "memory.max").read_text() == str(300 * MiB)
@@ -400,3 +404,66 @@ def test_allotment_watcher_reports_changes_once(tmp_path: Path) -> None:
         assert pyarrow.cpu_count() == 3
     finally:
         pyarrow.set_cpu_count(before)
+
+
+def v1_writable() -> str | None:
+    """Why real cgroup v1 limits cannot be tested here, or None when they can."""
+    own = dict(line.split(":", 2)[1:] for line in Path("/proc/self/cgroup").read_text().splitlines())
+    for controller in ("cpu", "memory"):
+        base = cgroups.CGROUP_FS / controller
+        if controller not in own or not (base / "cgroup.procs").exists():
+            return f"no cgroup v1 {controller} hierarchy mounted at {base}"
+        if not os.access(base / own[controller].lstrip("/"), os.W_OK):
+            return f"cgroup v1 {controller} group {own[controller]} is not writable (run as root)"
+    return None
+
+
+def group_of(pid: int, controller: str) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if controller in names.split(","):
+            return path
+    raise AssertionError(f"{pid} has no {controller} group")
+
+
+def test_cgroup_v1_quota_and_limit_enforced_by_the_kernel_and_resized_in_place(executors: Executors) -> None:
+    if (why := v1_writable()) is not None:
+        pytest.skip(why)
+    backend = executors.backend(cores=CORES[:1], cgroups="v1")
+    handle, ready = executors.launch(backend, "busy", BUSY, cpu=0.25, memory=300 * MiB)
+    wait_for(ready.exists, what="the busy loop")
+    pid = handle.ref["pid"]
+    assert handle.ref["enforcement"] == {"cpu": "cgroup-v1", "memory": "cgroup-v1"}
+    cpu_dir, memory_dir = Path(handle.ref["cgroup_cpu"]), Path(handle.ref["cgroup_memory"])
+    # The executor is in its own groups (joined before exec), under a directory of this job.
+    assert cgroups.CGROUP_FS / "cpu" / group_of(pid, "cpu").lstrip("/") == cpu_dir
+    assert cgroups.CGROUP_FS / "memory" / group_of(pid, "memory").lstrip("/") == memory_dir
+    assert cpu_dir.parent.name.startswith("primus-") and cpu_dir.name == "primus-busy"
+    assert (cpu_dir / "cpu.cfs_quota_us").read_text().strip() == "25000"
+    assert int((memory_dir / "memory.limit_in_bytes").read_text()) == 300 * MiB
+
+    assert 0.12 < cpu_rate(backend, handle, 2.0)[0] < 0.4  # the kernel's quota, no SIGSTOP
+    assert state(pid) != "T"
+    grown = backend.resize(handle, Allotment(1.0, 400 * MiB))
+    assert grown.ref["pid"] == pid
+    assert (cpu_dir / "cpu.cfs_quota_us").read_text().strip() == "100000"
+    assert int((memory_dir / "memory.limit_in_bytes").read_text()) == 400 * MiB
+    rate, runnable = cpu_rate(backend, grown, 1.0)
+    assert rate > 0.7 or runnable > 0.95, (rate, runnable)
+
+    backend.terminate(grown, grace_s=1.0)
+    assert not cpu_dir.exists() and not memory_dir.exists()
+    backend.close()
+    assert not cpu_dir.parent.exists()  # the job's directory goes with its last executor
+
+
+def test_cgroup_v1_memory_limit_is_the_kernels(executors: Executors) -> None:
+    if (why := v1_writable()) is not None:
+        pytest.skip(why)
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    backend = executors.backend(cgroups="v1", on_event=lambda *e: events.append(e))
+    handle, _ = executors.launch(backend, "hog", HOG, memory=200 * MiB)
+    obs = observe_until(backend, handle, lambda o: not o.alive, "the kernel's OOM kill")
+    assert obs.exit_code == -signal.SIGKILL
+    assert obs.reason == f"memory limit: killed by the kernel at {200 * MiB}"
+    assert "MemoryLimit" not in [kind for kind, _, _ in events]  # not the watchdog's doing

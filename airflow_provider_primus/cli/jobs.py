@@ -348,11 +348,17 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"  {name:<12} {ex['state']:<9} pid {ex['handle']['ref'].get('pid')}  cpu {a['cpu']:g}  "
             f"mem {a['memory'] // 2**20} MiB  util {t.get('cpu_util', '-')}  "
             f"rss {t.get('rss', 0) // 2**20} MiB  "
-            f"restarts {ex['restarts']}"
+            f"restarts {ex['restarts']}" + _enforcement(ex["handle"]["ref"])
         )
     if status.get("message"):
         print(f"  message: {status['message']}")
     return 0
+
+
+def _enforcement(ref: dict[str, Any]) -> str:
+    """How the backend holds an executor to its allotment (local: cgroup v1/v2 or the fallback)."""
+    how = ref.get("enforcement")
+    return f"  limits cpu:{how['cpu']} memory:{how['memory']}" if how else ""
 
 
 def cmd_events(args: argparse.Namespace) -> int:

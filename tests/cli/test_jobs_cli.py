@@ -39,6 +39,8 @@ def test_run_in_the_foreground_then_status_and_events(job_world: JobWorld) -> No
     assert status["phase"] == "Succeeded" and "data_progress" not in status
     text = primus("status", str(job)).stdout  # the document works as well as the name
     assert text.startswith("Succeeded:") and "trainer-0" in text and "data-0" in text
+    how = status["executors"]["data-0"]["handle"]["ref"]["enforcement"]  # cgroups where writable
+    assert f"limits cpu:{how['cpu']} memory:{how['memory']}" in text
     events = [json.loads(line) for line in primus("events", "job", "--json").stdout.splitlines()]
     assert [e["type"] for e in events][:2] == ["Submitted", "MasterStarted"]
     assert events[-1]["type"] == "Succeeded"

@@ -29,11 +29,17 @@ WORLD_OPTIONS = (
 )
 
 
-def _day(value: str) -> datetime:
+# ``--start live``: day 0 chosen so that the last stream day is today (gen/clicklog.live_start).
+LIVE = "live"
+
+
+def _day(value: str) -> datetime | str:
+    if value == LIVE:
+        return LIVE
     try:
         return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected YYYY-MM-DD, got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"expected YYYY-MM-DD or {LIVE!r}, got {value!r}") from None
 
 
 def register(sub: Any) -> None:
@@ -51,7 +57,12 @@ def register(sub: Any) -> None:
     parser.add_argument("--users", type=int, help="users on day 0; 3%% more arrive daily (default: 20000)")
     parser.add_argument("--items", type=int, help="items on day 0; 3%% more arrive daily (default: 5000)")
     parser.add_argument("--seed", type=int, help="random seed (default: 0)")
-    parser.add_argument("--start", type=_day, help="day 0, YYYY-MM-DD, UTC (default: 2026-01-01)")
+    parser.add_argument(
+        "--start",
+        type=_day,
+        help="day 0, YYYY-MM-DD, UTC; 'live': the last stream day is today, so the stream's events are "
+        "about now, as in a live topic (default: 2026-01-01)",
+    )
     parser.add_argument(
         "--drift", type=float, help="daily std of the interest/item random walk, in [0, 1) (default: 0.15)"
     )
@@ -74,14 +85,21 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.gen.clicklog import World
+    from dataclasses import replace
+
+    from airflow_provider_primus.gen.clicklog import World, live_start
     from airflow_provider_primus.gen.events import produce_stream
     from airflow_provider_primus.gen.files import DEFAULT_BOOTSTRAP, write_data_spec, write_history
     from airflow_provider_primus.spec import SpecError
 
     overrides = {name: getattr(args, name) for name in WORLD_OPTIONS if getattr(args, name) is not None}
+    live = overrides.get("start") == LIVE
+    if live:
+        del overrides["start"]
     try:
         world = World.from_defaults(**overrides)
+        if live:
+            world = replace(world, start=live_start(world.days))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

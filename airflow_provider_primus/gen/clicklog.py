@@ -48,7 +48,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-__all__ = ["SCHEMA", "World", "generate_day", "item_vectors", "user_vectors"]
+__all__ = ["SCHEMA", "World", "generate_day", "item_vectors", "live_start", "user_vectors"]
 
 SCHEMA = pa.schema(
     [
@@ -271,6 +271,23 @@ def _state(world: World, day: int) -> _State:
         while len(_CACHE) > _CACHE_WORLDS:
             _CACHE.popitem(last=False)
         return state
+
+
+def live_start(days: int, now: datetime | None = None) -> datetime:
+    """Day 0 of a ``days``-day world whose last day is today (UTC), so its stream is live data.
+
+    A fixed start dates the whole log: months or years after it, every event is old, and training
+    that tells a backfill from live data by the age of its events (``clock: auto``) sees a backfill.
+    Days are UTC midnights (the history's daily partitions and the ``hour`` feature depend on it), so
+    "live" is the closest a day-aligned world gets: the stream's newest events are the rest of today,
+    the part already past is minutes to hours old and the rest lies ahead, by less than a day (the
+    topic holds what a live stream will have held by midnight)."""
+    if days < 1:
+        raise ValueError(f"days must be >= 1, got {days}")
+    now = datetime.now(UTC) if now is None else now
+    now = now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)  # naive: UTC
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    return today - timedelta(days=days - 1)
 
 
 def user_vectors(world: World, day: int) -> FloatArray:

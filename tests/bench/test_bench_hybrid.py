@@ -2,11 +2,13 @@
 not asserted: not a timed test; the counts are)."""
 
 import json
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from airflow_provider_primus.bench import hybrid
 from airflow_provider_primus.cli.main import main
 
 
@@ -47,3 +49,46 @@ def test_bench_hybrid_prints_one_json_line(
     for key in ("mixing_overhead_ratio", "end_to_end_ratio", "ingest_ratio"):
         assert result[key] > 0
     assert set(result["freshness_p99_s"]) == {"stream", "mixed"}
+    _check_side_by_side(result)
+
+
+def _check_side_by_side(result: dict[str, Any]) -> None:
+    """The defaults and the old log: the same data trained the same rows, a result per mode, the
+    clock each variant ended on, and target flags that agree with the AUCs they are computed from."""
+    both = {"history": 6000, "events": 3000}
+    assert result["defaults_rows_trained"] == {
+        "batch": {"history": 6000},
+        "stream": {"events": 3000},
+        "mixed": both,
+    }
+    assert result["old_log_rows_trained"] == {"batch": {"history": 6000}, "mixed": both}
+    for key in (
+        "defaults_mixed_auc",
+        "defaults_batch_auc",
+        "defaults_stream_auc",
+        "old_log_mixed_auc",
+        "old_log_batch_auc",
+    ):
+        assert 0.0 < result[key] < 1.0, key
+    # The embedded defaults choose the clock; the old log is six years behind the wall clock, so it is
+    # replayed to the end and never switches.
+    assert result["defaults_clock"]["setting"] == "auto" and result["old_log_clock"]["setting"] == "auto"
+    assert result["old_log_clock"] == {"setting": "auto", "in_force": "replay", "switched": None}
+    # Live: the last of the 3 days is today (yesterday, should the test have run past midnight).
+    live = date.fromisoformat(result["live_start"])
+    today = datetime.now(UTC).date()
+    assert live + timedelta(days=2) in (today, today - timedelta(days=1))
+    assert (live - date.fromisoformat(result["old_log_start"])).days == hybrid.OLD_LOG_DAYS
+    assert 0 < result["stream_end_ahead_s"] <= 86_400
+    margin = result["target_margin"]
+
+    def beats(better: str, worse: str) -> bool:
+        return bool(round(result[better] - result[worse], 6) >= margin)
+
+    expected = {
+        "defaults_mixed_beats_batch": beats("defaults_mixed_auc", "defaults_batch_auc"),
+        "defaults_mixed_beats_stream": beats("defaults_mixed_auc", "defaults_stream_auc"),
+        "old_log_mixed_beats_batch": beats("old_log_mixed_auc", "old_log_batch_auc"),
+    }
+    assert {k: result[k] for k in expected} == expected
+    assert result["targets_met"] == all(expected.values())

@@ -183,6 +183,25 @@ def test_from_defaults_is_the_demo_world_and_the_cli_help_says_so(capsys: pytest
         assert f"(default: {shown})" in helps[name].replace("%%", "%"), name
 
 
+def test_live_start_makes_the_last_day_today_and_shifting_a_world_moves_only_its_times() -> None:
+    now = datetime(2026, 12, 1, 22, 6, 51, tzinfo=UTC)
+    start = clicklog.live_start(SMALL.days, now)
+    assert start == datetime(2026, 11, 27, tzinfo=UTC)
+    live = replace(SMALL, start=start)
+    assert live.day_start(live.days - 1) <= now < live.day_start(live.days)  # the stream ends tonight
+    assert clicklog.live_start(1, datetime(2026, 12, 1, 0, 0)) == datetime(
+        2026, 12, 1, tzinfo=UTC
+    )  # naive: UTC
+    with pytest.raises(ValueError, match="days"):
+        clicklog.live_start(0, now)
+    # The same world years earlier (a backfill of old logs): the same rows, only the event times move.
+    old = replace(live, start=live.start - timedelta(days=2192))
+    for day in (0, live.days - 1):
+        a, b = generate_day(live, day), generate_day(old, day)
+        assert a.drop_columns(["ts"]).equals(b.drop_columns(["ts"]))
+        assert (ts_ms(a) - ts_ms(b) == 2192 * 86_400_000).all()
+
+
 # -- files and spec ---------------------------------------------------------------------------------
 
 
@@ -441,6 +460,22 @@ def test_cli_gen_produces_the_stream(
     assert summary["stream_messages"] == 500 and summary["topic"] == topic
     assert load_data_spec(Path(summary["spec"])).spec.source("events").topic == topic
     assert len(consume_all(kafka_broker.bootstrap_servers, topic, 500)) == 500
+
+
+def test_cli_gen_start_live_puts_the_stream_days_up_to_today(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = datetime.now(UTC).date()
+    assert main(["gen", "--out", str(tmp_path), *SMALL_ARGS, "--start", "live"]) == 0
+    capsys.readouterr()
+    after = datetime.now(UTC).date()
+    spec = load_data_spec(tmp_path / "primus-data.yaml").spec
+    assert spec.window is not None
+    # 2 history days, then the stream day: today (or the day the command started on, at midnight).
+    assert spec.window.end.date() in (before, after)
+    assert sorted(p.name for p in (tmp_path / "history").iterdir()) == [
+        (spec.window.end.date() - timedelta(days=d)).isoformat() for d in (2, 1)
+    ]
 
 
 def test_cli_gen_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,16 +2,25 @@
 
 Brings up the embedded Kafka broker and Airflow (scheduler, dag-processor, triggerer, API server on
 127.0.0.1, SQLite), generates a drifting click log (daily Parquet history with success markers and
-a live stream produced at a fixed rate), starts the streaming trainer DAG (the long-running mixed
-training job), backfills the daily DAG over several days (each day's window appended to that job)
-and reports what happened: windows consumed, stream rows trained, the published model, AUC and
-freshness, and whether the Primus UI page answers through Airflow's API server.
+a stream produced live: event time = now, a steady rate with one burst, ``gen/live.py``), starts the
+streaming trainer DAG (the long-running mixed training job), backfills the daily DAG over several
+days (each day's window appended to that job), runs a batch-only baseline beside it (same history,
+the stream only scored) and reports what happened: windows consumed, stream rows trained, the
+published model, both models' AUC on the stream, freshness, the autoscaler's decisions, and
+whether the Primus UI page answers through Airflow's API server.
+
+The burst is the load the autoscaler must answer. The stream is read by the trainer itself (data
+executors serve history), and trainers form a fixed data-parallel world, so the honest answer to a
+stream burst is vertical: the trainer starts small (``TRAINER_CPU``), the burst makes it
+compute-bound and the autoscaler raises its CPU; once it has caught up it idles and the CPU is
+given back.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -25,16 +34,52 @@ import yaml
 from airflow_provider_primus.embedded.airflow_local import COMPONENTS, PRIVATE_UMASK, AirflowLocal
 from airflow_provider_primus.embedded.kafka import broker
 from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION, ensure_distribution
+from airflow_provider_primus.gen.live import Schedule
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 from airflow_provider_primus.spec.status import is_terminal
 
 JOB = "primus-streaming"
+BASELINE = "primus-streaming-batch"
 TOPIC = "clicks"
 DAGS = ("primus_streaming_trainer", "primus_daily_backfill")
+# The trainer's CPU: small enough that the burst saturates it, with room to grow.
+TRAINER_CPU, TRAINER_CPU_MAX = 0.5, 1.5
 
 
 class DemoError(RuntimeError):
     pass
+
+
+def page_windows(page: str) -> list[str]:
+    """The day windows of the job page's data-progress table, in the order it lists them."""
+    return re.findall(r"<tr><td>(\d{4}-\d{2}-\d{2})</td>", page)
+
+
+def missing_from_showcase(summary: dict[str, Any], page: str, *, max_freshness_s: float = 60.0) -> list[str]:
+    """What the demo is meant to show and ``summary`` does not yet: fresh training (p99 within
+    ``max_freshness_s``), both models' AUC on the stream, a scaling decision undone once the
+    burst is over, and on the job ``page`` the baseline and the windows in time order. Empty when
+    everything is there."""
+    missing = []
+    p99 = summary.get("freshness_p99_s")
+    if p99 is None or p99 > max_freshness_s:
+        missing.append(f"freshness p99 {p99} s (want <= {max_freshness_s:g})")
+    baseline = summary.get("baseline") or {}
+    if summary.get("window_auc") is None or baseline.get("window_auc") is None:
+        missing.append(f"AUCs: mixed {summary.get('window_auc')}, batch-only {baseline.get('window_auc')}")
+    ups = [d for d in summary.get("scaling") or [] if (d.get("after") or 0) > (d.get("before") or 0)]
+    if not ups or not any(
+        d["t_s"] > ups[0]["t_s"] and (d.get("after") or 0) < (d.get("before") or 0)
+        and (d.get("action"), d.get("executor")) == (ups[0].get("action"), ups[0].get("executor"))
+        for d in summary.get("scaling") or []
+    ):  # fmt: skip
+        missing.append(f"a scale-up then a scale-down: {summary.get('scaling')}")
+    listed = page_windows(page)
+    if len(listed) < len(summary.get("windows") or []) or listed != sorted(listed):
+        missing.append(f"the page's windows in time order: {listed}")
+    if BASELINE not in page:
+        missing.append("the baseline on the job page")
+    return missing
 
 
 class DemoStack:
@@ -45,18 +90,27 @@ class DemoStack:
         *,
         port: int = 8080,
         history_days: int = 4,
-        stream_days: int = 2,
+        stream_days: int = 60,
         rows_per_day: int = 5000,
-        rate: float = 250.0,
+        rate: float = 100.0,
+        burst_at_s: float | None = 90.0,
+        burst_s: float = 30.0,
+        burst_rate: float = 4000.0,
+        baseline: bool = True,
         kafka_version: str = DEFAULT_KAFKA_VERSION,
     ) -> None:
+        """``rate`` rows/s of stream, ``burst_rate`` from ``burst_at_s`` seconds after the stream
+        starts for ``burst_s`` (None: no burst); ``stream_days`` bounds how long the stream lasts
+        (``Schedule.day_s``, 60 s of wall time per world day). ``baseline``: run the batch-only job
+        beside."""
         self.home = Path(home)
         self.dags_folder = Path(dags_folder)
         self.port = port
         self.history_days = history_days
         self.stream_days = stream_days
         self.rows_per_day = rows_per_day
-        self.rate = rate
+        self.schedule = Schedule(rate=rate, burst_at_s=burst_at_s, burst_s=burst_s, burst_rate=burst_rate)
+        self.baseline = baseline
         self.kafka_version = kafka_version
         self.primus_home = self.home / "primus"
         self.world_dir = self.home / "world"
@@ -64,6 +118,7 @@ class DemoStack:
         self.airflow: AirflowLocal | None = None
         self.bootstrap = ""
         self._producer: subprocess.Popen[str] | None = None
+        self.stream_started: float | None = None  # wall clock
 
     # --- bring-up --------------------------------------------------------------------------------
 
@@ -107,34 +162,15 @@ class DemoStack:
         spec = write_data_spec(world, self.world_dir, bootstrap_servers=self.bootstrap, topic=TOPIC)
         files = write_history(world, self.world_dir)
         log(f"data       | {len(files)} history days in {self.world_dir}")
-        log(f"data       | stream {TOPIC}: {self.stream_days} days at {self.rate:g} rows/s")
+        sched = self.schedule
+        burst = (
+            f", {sched.burst_rate:g} rows/s from {sched.burst_at_s:g} s for {sched.burst_s:g} s"
+            if sched.burst_at_s is not None
+            else ""
+        )
+        log(f"data       | stream {TOPIC}: live (event time = now), {sched.rate:g} rows/s{burst}")
         self._write_job(spec)
 
-        # The live stream comes from its own process, so stopping the demo stops it cleanly too.
-        code = (
-            "import json, sys; from datetime import datetime; "
-            "from airflow_provider_primus.gen.clicklog import World; "
-            "from airflow_provider_primus.gen.events import produce_stream; "
-            "a = json.loads(sys.argv[1]); a['world']['start'] = datetime.fromisoformat(a['world']['start']); "
-            "world = World.from_defaults(**a['world']); "
-            "print(produce_stream(world, a['bootstrap'], a['topic'], rate=a['rate']), flush=True)"
-        )
-        argument = {
-            "world": {"history_days": self.history_days, "stream_days": self.stream_days,
-                      "rows_per_day": self.rows_per_day, "start": self.world_start.isoformat()},
-            "bootstrap": self.bootstrap,
-            "topic": TOPIC,
-            "rate": self.rate,
-        }  # fmt: skip
-        log_file = open(self.home / "stream-producer.log", "ab")  # noqa: SIM115 - the process owns it
-        self._producer = subprocess.Popen(
-            tied_to_launcher([sys.executable, "-c", code, json.dumps(argument)]),
-            stdout=subprocess.PIPE,
-            stderr=log_file,
-            text=True,
-            start_new_session=True,
-        )
-        log_file.close()
         self.first_day = world.start
 
     def _write_job(self, data_spec: Path) -> None:
@@ -144,18 +180,41 @@ class DemoStack:
         data["spec"].pop("window", None)
         data["metadata"]["name"] = "clicklog-stream"
         (self.home / "streaming-data.yaml").write_text(yaml.safe_dump(data))
-        training = {
+        training: dict[str, Any] = {
             "apiVersion": "primus.dev/v1alpha1",
             "kind": "PrimusTraining",
             "metadata": {"name": "clicklog"},
             "spec": {
                 "mode": "mixed",
                 "batch_size": 512,
-                "checkpoint": {"every_steps": 50, "every_s": 30.0},
-                "publish": {"every_steps": 20, "every_s": 60.0},
+                # By time only: a live stream's steps are as small as what arrived, so counting
+                # steps would checkpoint and publish many times a second.
+                "checkpoint": {"every_steps": 0, "every_s": 30.0},
+                "publish": {"every_steps": 0, "every_s": 20.0},
             },
         }
         (self.home / "streaming-training.yaml").write_text(yaml.safe_dump(training))
+        batch_training = {**training, "metadata": {"name": "clicklog-batch"}}
+        batch_training["spec"] = {**training["spec"], "mode": "batch"}
+        (self.home / "baseline-training.yaml").write_text(yaml.safe_dump(batch_training))
+        # The baseline reads the same history as its own window (the days the backfill appends to
+        # the main job) and the same stream, which batch mode only scores.
+        baseline = {
+            "apiVersion": "primus.dev/v1alpha1",
+            "kind": "PrimusJob",
+            "metadata": {"name": BASELINE},
+            "spec": {
+                "data": str(data_spec),
+                "training": "baseline-training.yaml",
+                "follow": True,
+                "scaling": {"enabled": False},
+                "roles": {
+                    "data": {"resources": {"cpu": 0.5, "memory": "1Gi"}},
+                    "trainer": {"resources": {"cpu": 0.5, "memory": "2Gi"}},
+                },
+            },
+        }
+        (self.home / "baseline-job.yaml").write_text(yaml.safe_dump(baseline))
         job = {
             "apiVersion": "primus.dev/v1alpha1",
             "kind": "PrimusJob",
@@ -166,7 +225,13 @@ class DemoStack:
                 "follow": True,
                 "roles": {
                     "data": {"replicas": {"min": 1, "max": 2}, "resources": {"cpu": 1, "memory": "1Gi"}},
-                    "trainer": {"resources": {"cpu": 1, "memory": "2Gi"}},
+                    "trainer": {
+                        "resources": {
+                            "cpu": TRAINER_CPU,
+                            "memory": "2Gi",
+                            "bounds": {"cpu": {"min": TRAINER_CPU, "max": TRAINER_CPU_MAX}},
+                        }
+                    },
                 },
             },
         }
@@ -199,6 +264,9 @@ class DemoStack:
         assert self.airflow is not None
         self.unpause()
         self.trigger_streaming()
+        if self.baseline:
+            self.start_baseline()
+        self.start_stream()
         first, last = self.backfill(days)
         self.airflow.start_component("scheduler")
         self.airflow.wait_ready()
@@ -231,14 +299,58 @@ class DemoStack:
         if result.returncode != 0:
             raise DemoError(f"triggering the streaming trainer failed: {result.stderr[-2000:]}")
 
+    def start_stream(self) -> None:
+        """The live producer, in its own process group so stopping the demo stops it cleanly. Started
+        with the jobs rather than with the data: what it sends before a trainer reads it only ages."""
+        from airflow_provider_primus.gen.events import ensure_topic
+
+        ensure_topic(self.bootstrap, TOPIC)  # before any trainer looks for it
+        argument = {
+            "world": {"history_days": self.history_days, "stream_days": self.stream_days,
+                      "rows_per_day": self.rows_per_day, "start": self.world_start.isoformat()},
+            "bootstrap": self.bootstrap,
+            "topic": TOPIC,
+            "schedule": self.schedule.to_dict(),
+        }  # fmt: skip
+        log_file = open(self.home / "stream-producer.log", "ab")  # noqa: SIM115 - the process owns it
+        self._producer = subprocess.Popen(
+            tied_to_launcher(
+                [sys.executable, "-m", "airflow_provider_primus.gen.live", json.dumps(argument)]
+            ),
+            stdout=subprocess.PIPE,
+            stderr=log_file,
+            text=True,
+            start_new_session=True,
+        )
+        log_file.close()
+        self.stream_started = time.time()
+
+    def start_baseline(self) -> None:
+        """The batch-only shadow: submitted directly, since it is the demo's yardstick, not a model
+        anyone deploys; its label puts its AUC on the main job's page."""
+        from airflow_provider_primus.hooks.primus import PrimusHook
+        from airflow_provider_primus.plugins.status import BASELINE_LABEL
+
+        PrimusHook().submit_job(self.home / "baseline-job.yaml", labels={BASELINE_LABEL: JOB})
+
     def backfill(self, days: int) -> tuple[str, str]:
         first = self.first_day
         last = first + timedelta(days=days - 1)
-        result = self.airflow_cli(
-            "backfill", "create", "--dag-id", "primus_daily_backfill",
-            "--from-date", first.date().isoformat(), "--to-date", last.date().isoformat(),
-            retry_locked=False,  # not idempotent (and no scheduler writes yet: see ``launch``)
-        )  # fmt: skip
+        for _ in range(5):
+            result = self.airflow_cli(
+                "backfill", "create", "--dag-id", "primus_daily_backfill",
+                "--from-date", first.date().isoformat(), "--to-date", last.date().isoformat(),
+                retry_locked=False,  # retried here, knowing what a retry may find
+            )  # fmt: skip
+            out = result.stdout + result.stderr
+            if result.returncode == 0 or "database is locked" not in out:
+                break
+            # The creation is one transaction, rolled back when SQLite stays locked (the
+            # dag-processor writes meanwhile): try again; a backfill found running is ours.
+            time.sleep(2.0)
+            again = self.airflow_cli("dags", "list-runs", "primus_daily_backfill", "-o", "json")
+            if "backfill__" in again.stdout:
+                return first.isoformat(), last.isoformat()
         if result.returncode != 0:
             raise DemoError(f"backfill create failed: {result.stdout[-2000:]}{result.stderr[-2000:]}")
         return first.isoformat(), last.isoformat()
@@ -265,21 +377,48 @@ class DemoStack:
 
     # --- watching the job ----------------------------------------------------------------------------
 
-    def job_status(self) -> dict[str, Any]:
+    def job_status(self, name: str = JOB) -> dict[str, Any]:
         from airflow_provider_primus.hooks.primus import PrimusHook
 
-        record = PrimusHook().get_job(JOB)
+        record = PrimusHook().get_job(name)
         return record.status if record is not None else {}
 
     def snapshots(self) -> list[str]:
         model = self.primus_home / "jobs" / JOB / "train" / "model"
         return sorted(p.name for p in model.glob("v*")) if model.is_dir() else []
 
+    def scaling(self) -> list[dict[str, Any]]:
+        """The autoscaler's decisions for the main job, from its event log: seconds since the stream
+        started, action, executor, before -> after."""
+        from airflow_provider_primus.hooks.primus import PrimusHook
+        from airflow_provider_primus.spec.status import EventType
+
+        t0 = self.stream_started or 0.0
+        return [
+            {
+                "t_s": round(ev.t - t0, 1),
+                **{k: ev.data.get(k) for k in ("action", "role", "executor", "before", "after")},
+            }
+            for ev in PrimusHook().store.events(JOB)
+            if ev.type == EventType.SCALE_DECISION.value
+        ]
+
+    @staticmethod
+    def _aucs(status: dict[str, Any]) -> dict[str, Any]:
+        metrics = (status.get("progress") or {}).get("trainer_metrics") or {}
+        progressive = metrics.get("progressive") or {}
+        return {
+            "auc": progressive.get("auc"),
+            "window_auc": progressive.get("window_auc"),
+            "rows_scored": metrics.get("rows_scored"),
+        }
+
     def summary(self) -> dict[str, Any]:
         status = self.job_status()
         progress = status.get("progress") or {}
         metrics = progress.get("trainer_metrics") or {}
-        return {
+        freshness = metrics.get("freshness_s") or {}
+        out = {
             "job": JOB,
             "phase": status.get("phase"),
             "windows": [
@@ -289,12 +428,18 @@ class DemoStack:
             "acked_rows": progress.get("acked_rows"),
             "trainer_step": progress.get("trainer_step"),
             "rows_trained": metrics.get("rows_trained"),
-            "auc": (metrics.get("progressive") or {}).get("window_auc"),
-            "freshness_p50_s": (metrics.get("freshness_s") or {}).get("p50"),
+            **self._aucs(status),
+            "freshness_p50_s": freshness.get("p50"),
+            "freshness_p99_s": freshness.get("p99"),
             "samples_per_s": metrics.get("samples_per_s"),
             "snapshots": self.snapshots(),
+            "scaling": self.scaling(),
+            "stream_s": round(time.time() - self.stream_started, 1) if self.stream_started else None,
             "stream_producer": "running" if self._producer and self._producer.poll() is None else "done",
         }
+        if self.baseline:
+            out["baseline"] = {"job": BASELINE, **self._aucs(self.job_status(BASELINE))}
+        return out
 
     def wait(
         self, done: Any, timeout_s: float, what: str, log: Any = print, every_s: float = 15.0
@@ -321,12 +466,15 @@ class DemoStack:
         from airflow_provider_primus.hooks.primus import PrimusError, PrimusHook
 
         try:
-            if self.job_status().get("phase") is not None and not is_terminal(self.job_status().get("phase")):
+            running = [n for n in (JOB, BASELINE) if not is_terminal(self.job_status(n).get("phase"))]
+            running = [n for n in running if self.job_status(n).get("phase") is not None]
+            for name in running:
                 try:
-                    PrimusHook(retries=2).stop_job(JOB)
+                    PrimusHook(retries=2).stop_job(name)
                 except PrimusError:
-                    PrimusHook().request_stop_offline(JOB)
-                self._wait_job_end(60.0)
+                    PrimusHook().request_stop_offline(name)
+            for name in running:
+                self._wait_job_end(name, 60.0)
         finally:
             try:
                 if self._producer is not None and self._producer.poll() is None:
@@ -337,9 +485,9 @@ class DemoStack:
                 if self.kafka is not None:
                     self.kafka.stop()
 
-    def _wait_job_end(self, timeout_s: float) -> None:
+    def _wait_job_end(self, name: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if is_terminal(self.job_status().get("phase")):
+            if is_terminal(self.job_status(name).get("phase")):
                 return
             time.sleep(1.0)

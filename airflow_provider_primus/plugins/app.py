@@ -5,9 +5,10 @@ PrimusJob resources of a namespace when the ``primus_default`` connection says
 ``backend: kubernetes``, or any ``JobStore`` passed as ``store``):
 
 * ``GET /jobs`` — every job: phase, labels, running executors, acknowledged rows, trainer step;
-* ``GET /jobs/{name}`` — one job: executors with allotments and telemetry, scaling events (timeline,
-  allotment and replica charts replayed from the event log), data progress per window, training
-  metrics with charts over the statuses this server has seen;
+* ``GET /jobs/{name}`` — one job: its stream AUC beside its baselines' (jobs labelled
+  ``primus.dev/baseline-for: <name>``), executors with allotments and telemetry, scaling events
+  (timeline, allotment and replica charts replayed from the event log), data progress per window in
+  time order, training metrics with charts over the statuses this server has seen;
 * ``GET /api/jobs`` and ``GET /api/jobs/{name}`` — the same as JSON: a summary per job, and one job's
   status without ``data_progress`` (as ``primus status --json`` and the control API give it).
 
@@ -36,7 +37,7 @@ from airflow_provider_primus.master.store import (
 from airflow_provider_primus.plugins import html, views
 from airflow_provider_primus.plugins.auth import airflow_access_dependency, login_url
 from airflow_provider_primus.plugins.history import History, Sampler
-from airflow_provider_primus.plugins.status import as_map, dig
+from airflow_provider_primus.plugins.status import BASELINE_LABEL, as_map, dig
 
 DEFAULT_SAMPLE_S = 5.0
 
@@ -163,7 +164,16 @@ def create_app(
         store, record = record_or_404(name)
         points = history.observe(record)
         events = history.events(store, record)
-        html = views.job_page(record, events, points, base=_base(request), now=time.time(), sample_s=sample_s)
+        baselines = [(b, history.observe(b)) for b in store.find({BASELINE_LABEL: record.name})]
+        html = views.job_page(
+            record,
+            events,
+            points,
+            base=_base(request),
+            now=time.time(),
+            sample_s=sample_s,
+            baselines=baselines,
+        )
         return HTMLResponse(html)
 
     @app.get("/api/jobs", dependencies=auth)

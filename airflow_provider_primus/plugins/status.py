@@ -7,6 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+# A job carrying this label (its value: another job's name) is that job's baseline: the other job's
+# page compares their stream AUCs (a batch-only shadow beside a mixed model, say).
+BASELINE_LABEL = "primus.dev/baseline-for"
+
 
 def num(value: Any) -> float | None:
     """A number as float; None for anything else (booleans included)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -126,11 +126,23 @@ def window_label(start: Any, end: Any) -> str:
     return f"{start} → {end}"
 
 
+def _window_order(w: Mapping[str, Any]) -> tuple[bool, float, float]:
+    """By start, then end; a window whose times do not parse goes last, in its listed order."""
+    a, b = _parse_time(w.get("start")), _parse_time(w.get("end"))
+    if a is None or b is None or (a.tzinfo is None) != (b.tzinfo is None):
+        return (True, 0.0, 0.0)
+    if a.tzinfo is None:
+        a, b = a.replace(tzinfo=UTC), b.replace(tzinfo=UTC)
+    return (False, a.timestamp(), b.timestamp())
+
+
 def data_rows(status: Mapping[str, Any]) -> list[WindowRow]:
     """The data document's own window (derived from the totals) and every appended window."""
     progress = as_map(status.get("progress"))
     listed = status.get("windows")
     windows = [w for w in listed if isinstance(w, Mapping)] if isinstance(listed, list) else []
+    # The master lists windows as they were appended; parallel daily runs append out of order.
+    windows.sort(key=_window_order)
     appended = [w for w in windows if w.get("state") == "appended"]
     rows: list[WindowRow] = []
     total = int(num(dig(progress, "tasks")) or 0)
@@ -377,6 +389,57 @@ def _training_section(status: Mapping[str, Any], points: Sequence[Point], sample
     return html + "<div class='charts'>" + "".join(charts) + f"</div><p class='note'>{e(note)}</p>"
 
 
+def _mode(status: Mapping[str, Any]) -> str:
+    return str(dig(status, "progress", "trainer_metrics", "mode") or "?")
+
+
+def comparison_section(
+    record: JobRecord,
+    points: Sequence[Point],
+    baselines: Sequence[tuple[JobRecord, Sequence[Point]]],
+    *,
+    base: str,
+) -> str:
+    """This job's stream AUC beside its baselines' (jobs labelled ``primus.dev/baseline-for``).
+
+    Both are progressive validation on the same stream, each row scored before the job could learn
+    from it, so the difference is what training on the stream (or not) buys; ``window`` is over the
+    most recent rows, where a model that stopped learning falls behind."""
+    if not baselines:
+        return ""
+    mine = dig(record.status, "progress", "trainer_metrics", "progressive") or {}
+    rows, series = [], [Series(f"{record.name} ({_mode(record.status)})", _series(points, "window_auc"))]
+    for other, other_points in baselines:
+        theirs = dig(other.status, "progress", "trainer_metrics", "progressive") or {}
+        cells = []
+        for key in ("window_auc", "auc"):
+            a, b = num(dig(mine, key)), num(dig(theirs, key))
+            delta = "—" if a is None or b is None else f"{a - b:+.3f}"
+            cells.append(f"<td class='num'>{fmt_metric(b)}</td><td class='num'><b>{e(delta)}</b></td>")
+        rows.append(
+            f'<tr><td><a href="{e(job_href(base, other.name))}">{e(other.name)}</a> '
+            f"({e(_mode(other.status))})</td>{''.join(cells)}</tr>"
+        )
+        series.append(
+            Series(f"{other.name} ({_mode(other.status)})", _series(other_points, "window_auc"), dashed=True)
+        )
+    head = (
+        f"<p>Stream AUC of this job ({e(_mode(record.status))}): "
+        f"window {fmt_metric(dig(mine, 'window_auc'))}, progressive {fmt_metric(dig(mine, 'auc'))}.</p>"
+    )
+    table = (
+        "<table class='comparison'><thead><tr><th>Baseline</th><th class='num'>Window AUC</th>"
+        "<th class='num'>This job - baseline</th><th class='num'>Progressive AUC</th>"
+        f"<th class='num'>This job - baseline</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+    chart = line_chart(series, title="Window AUC on the stream", width=640, height=200)
+    note = (
+        "Progressive validation: every stream row is scored by each model before that model may train "
+        "on it. A batch-only baseline trains on the same history and only scores the stream."
+    )
+    return head + table + chart + f"<p class='note'>{e(note)}</p>"
+
+
 def job_page(
     record: JobRecord,
     events: Sequence[Event],
@@ -385,6 +448,7 @@ def job_page(
     base: str,
     now: float,
     sample_s: float | None = None,
+    baselines: Sequence[tuple[JobRecord, Sequence[Point]]] = (),
 ) -> str:
     s = record.status
     master = as_map(s.get("master"))
@@ -421,6 +485,10 @@ def job_page(
         "status as JSON</a></p>"
         "<dl class='kv'>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
     )
+    if baselines:
+        header += "<h2>Compared with its baseline</h2>" + comparison_section(
+            record, points, baselines, base=base
+        )
     body = (
         header
         + "<h2>Executors</h2>"

@@ -1,7 +1,9 @@
 """End to end with real Airflow: scheduler, dag-processor, triggerer and API server on SQLite, the
 real broker and the local backend. The streaming trainer DAG starts the one long-running job; a
 3-day backfill of the daily DAG appends three windows; a cleared (retried) append task changes
-nothing; the plugin's job page answers through the API server."""
+nothing; the plugin's job page answers through the API server. The live stream's burst makes the
+autoscaler raise the trainer's CPU and give it back; the page shows seconds of freshness, the mixed
+model's AUC beside the batch-only baseline's, and the windows in time order."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_primus.embedded.demo_stack import JOB, DemoStack
+from airflow_provider_primus.embedded.demo_stack import BASELINE, JOB, DemoStack, missing_from_showcase
 from airflow_provider_primus.embedded.kafka.broker import free_port
 from airflow_provider_primus.hooks.primus import PrimusHook
 from tests.browser import screenshot
@@ -41,8 +43,8 @@ def test_backfilled_windows_join_the_streaming_job(tmp_path: Path, kafka_dist: o
     stack = DemoStack(
         # History ends yesterday, so the daily DAG's own scheduled run (for yesterday) is one of the
         # backfilled days: the same window twice, kept once.
-        tmp_path / "demo", REPO / "dags", port=free_port(), history_days=DAYS, stream_days=1,
-        rows_per_day=ROWS_PER_DAY, rate=300.0,
+        tmp_path / "demo", REPO / "dags", port=free_port(), history_days=DAYS, stream_days=60,
+        rows_per_day=ROWS_PER_DAY, rate=100.0, burst_at_s=30.0, burst_s=20.0, burst_rate=4000.0,
     )  # fmt: skip
     try:
         stack.start()
@@ -58,7 +60,7 @@ def test_backfilled_windows_join_the_streaming_job(tmp_path: Path, kafka_dist: o
         summary = stack.wait(trained_history(DAYS * ROWS_PER_DAY), 60, "the trainer's report")
         assert summary["rows_trained"]["history"] == DAYS * ROWS_PER_DAY
         hook = PrimusHook()
-        assert [r.name for r in hook.find_jobs({})] == [JOB]
+        assert sorted(r.name for r in hook.find_jobs({})) == sorted([JOB, BASELINE])
         # A retried append task (cleared in Airflow) reattaches: no second job, no second window.
         cleared = stack.airflow_cli(
             "tasks", "clear", "primus_daily_backfill", "-t", "append_window",
@@ -71,7 +73,7 @@ def test_backfilled_windows_join_the_streaming_job(tmp_path: Path, kafka_dist: o
         ).stdout:  # fmt: skip
             assert time.monotonic() < deadline, "the cleared task did not run again"
             time.sleep(2)
-        assert [r.name for r in hook.find_jobs({})] == [JOB]
+        assert sorted(r.name for r in hook.find_jobs({})) == sorted([JOB, BASELINE])
         assert len(stack.summary()["windows"]) == DAYS
         code, page = stack.plugin_page()
         assert code == 200 and JOB in page and "data-0" in page
@@ -85,6 +87,14 @@ def test_backfilled_windows_join_the_streaming_job(tmp_path: Path, kafka_dist: o
         assert shot.stat().st_size > 10_000
         if os.environ.get("PRIMUS_UPDATE_SCREENSHOTS"):
             shutil.copyfile(shot, REPO / "docs" / "images" / shot.name)
+        # What the demo shows: freshness in seconds, both AUCs, the burst's scale-up then scale-down
+        # (the trainer's CPU), the windows in time order on the page.
+        deadline = time.monotonic() + 150
+        while missing := missing_from_showcase(stack.summary(), stack.plugin_page()[1]):
+            assert time.monotonic() < deadline, f"the demo does not show: {missing}"
+            time.sleep(5)
+        ups = [d for d in stack.summary()["scaling"] if d["after"] > d["before"]]
+        assert ups[0]["action"] == "resize_cpu" and ups[0]["executor"] == "trainer-0"
     finally:
         stack.stop()
     assert stack.job_status()["phase"] == "Stopped"

@@ -18,6 +18,7 @@ from airflow_provider_primus.plugins.app import create_app
 from airflow_provider_primus.plugins.charts import Series, line_chart, nice_ticks, timeline
 from airflow_provider_primus.plugins.history import History, Sampler, point_from_status
 from airflow_provider_primus.plugins.scaling import allotment_series
+from airflow_provider_primus.plugins.status import BASELINE_LABEL
 from airflow_provider_primus.plugins.views import data_rows, window_label
 from tests.kube_env import KubeEnv
 
@@ -563,3 +564,35 @@ def test_the_app_shows_jobs_of_a_kubernetes_namespace(kube: KubeEnv, viewer_toke
         )
         page = c.get("/jobs/on-k8s")
         assert page.status_code == 200 and "data-0 launched" in page.text
+
+
+def test_windows_are_listed_in_time_order_whatever_the_append_order() -> None:
+    status = realistic_status(0.0)
+    day = {"state": "appended", "sources": ["history"], "tasks": 1, "new_tasks": 1, "tasks_done": 1}
+    status["windows"] = [
+        {**day, "start": f"2026-11-0{d}T00:00:00+00:00", "end": f"2026-11-0{d + 1}T00:00:00+00:00"}
+        for d in (3, 1, 2)
+    ] + [{"state": "refused", "start": "not a time", "end": "either"}]
+    labels = [r.label for r in data_rows(status) if r.state != "initial"]
+    assert labels == ["2026-11-01", "2026-11-02", "2026-11-03", "not a time → either"]
+
+
+def test_the_job_page_compares_the_stream_auc_with_a_baseline(
+    client: TestClient, store: SqliteJobStore
+) -> None:
+    assert "Compared with its baseline" not in client.get("/jobs/movielens").text
+    store.create("movielens-batch", {"kind": "PrimusJob"}, {BASELINE_LABEL: "movielens"})
+    baseline = realistic_status(time.time())
+    metrics = baseline["progress"]["trainer_metrics"]
+    metrics["mode"] = "batch"
+    metrics["progressive"] = {**metrics["progressive"], "auc": 0.7012, "window_auc": 0.6815}
+    modify(store, "movielens-batch", lambda _r: baseline, part="status")
+    page = client.get("/jobs/movielens").text
+    section = page.split("<h2>Compared with its baseline</h2>")[1].split("<h2>Executors</h2>")[0]
+    assert "Stream AUC of this job (mixed): window 0.781, progressive 0.771" in section
+    assert '<a href="/jobs/movielens-batch">movielens-batch</a> (batch)' in section
+    assert "0.681</td><td class='num'><b>+0.100</b>" in section  # window AUC, and the advantage
+    assert "0.701</td><td class='num'><b>+0.070</b>" in section  # progressive AUC
+    assert 'aria-label="Window AUC on the stream"' in section
+    # The baseline's own page has no baseline of its own.
+    assert "Compared with its baseline" not in client.get("/jobs/movielens-batch").text

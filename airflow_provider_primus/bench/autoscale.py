@@ -214,6 +214,7 @@ def run_job(
     t1 = next(t for t, a in acked if a >= rows)
     return {
         **_figures(samples, rows, t0, t1),
+        "scale_out_rows_per_s": _around_scale_out(samples, status["decisions"], window_s, t1),
         "decisions": status["decisions"],
         "restarts": sum(e["restarts"] for e in status["executors"].values()),
     }
@@ -243,6 +244,31 @@ def _figures(samples: list[Sample], rows: int, t0: float, t1: float) -> dict[str
         "samples_per_core_s": round(rows / allotted, 1) if allotted else None,
         "allotted_core_s": round(allotted, 2),
         "peak_mem_ratio": round(peak, 3),
+    }
+
+
+def _trainer_rate(samples: list[Sample], lo: float, hi: float) -> float | None:
+    """The trainer's rows/s between its samples nearest ``lo`` and ``hi`` (None: too few)."""
+    series = sorted((s for s in samples if s.role == "trainer" and lo <= s.t <= hi), key=lambda s: s.t)
+    if len(series) < 2 or series[-1].t - series[0].t < 0.5:
+        return None
+    return (series[-1].rows - series[0].rows) / (series[-1].t - series[0].t)
+
+
+def _around_scale_out(
+    samples: list[Sample], decisions: list[dict[str, Any]], window_s: float, end: float
+) -> dict[str, float | None] | None:
+    """The trainer's throughput over the window before the first scale-out and over the window after
+    the new executors had one to start serving: did adding them raise it (None: no scale-out)."""
+    first = next((d for d in decisions if d["action"] == "scale_out"), None)
+    if first is None:
+        return None
+    t = float(first["t"])
+    before = _trainer_rate(samples, t - window_s, t)
+    after = _trainer_rate(samples, t + window_s, min(end, t + 3 * window_s))
+    return {
+        "before": None if before is None else round(before, 1),
+        "after": None if after is None else round(after, 1),
     }
 
 
@@ -280,6 +306,7 @@ def run(
     finally:
         shutil.rmtree(root, ignore_errors=True)
     off.pop("decisions")
+    off.pop("scale_out_rows_per_s")
     return {
         "rows": written,
         "off": off,

@@ -50,6 +50,7 @@ from airflow_provider_primus.kubernetes.manifests import (
     documents_configmap_name,
 )
 from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
+from airflow_provider_primus.resources.own_usage import OWN_CGROUP_ENV
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,8 @@ class KubernetesBackend:
         variables.append(
             {"name": "PRIMUS_ADVERTISE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
         )
+        # A container is its own cgroup: the executor measures its use there and pushes it.
+        variables.append({"name": OWN_CGROUP_ENV, "value": "1"})
         container: dict[str, Any] = {
             "name": CONTAINER,
             "image": self.t.image,

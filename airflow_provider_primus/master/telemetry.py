@@ -62,6 +62,7 @@ class Telemetry:
                 ended.append((ex, obs))
                 continue
             if ex.role == "trainer":
+                pushed = metrics
                 rows, wait, busy = (
                     metrics.get("rows", 0),
                     metrics.get("wait_s", 0.0),
@@ -69,12 +70,13 @@ class Telemetry:
                 )
                 ex.reason = None
             else:
-                m = service.get(ex.service_name) or {}
+                pushed = service.get(ex.service_name) or {}
                 rows, wait, busy = (
-                    m.get("rows", 0),
-                    m.get("blocked_credit_s", 0.0),
-                    m.get("blocked_storage_s", 0.0),
+                    pushed.get("rows", 0),
+                    pushed.get("blocked_credit_s", 0.0),
+                    pushed.get("blocked_storage_s", 0.0),
                 )
+            cpu_s, rss, known = _usage(obs, pushed)
             self.samples.append(
                 Sample(
                     t=now,
@@ -82,13 +84,14 @@ class Telemetry:
                     role=ex.role,
                     cpu=ex.handle.allotment.cpu,
                     memory=ex.handle.allotment.memory,
-                    cpu_s=obs.cpu_s,
-                    rss=obs.rss,
+                    cpu_s=cpu_s,
+                    rss=rss,
                     read_bytes=obs.read_bytes,
                     write_bytes=obs.write_bytes,
                     rows=int(rows),
                     wait_s=float(wait),
                     busy_s=float(busy),
+                    usage_known=known,
                 )
             )
         return ended
@@ -109,6 +112,17 @@ class Telemetry:
             if len(pair) > 2:
                 del pair[0]
         return latest
+
+
+def _usage(obs: Observation, pushed: Mapping[str, Any]) -> tuple[float, int, bool]:
+    """CPU seconds, memory and whether they are known: what the backend sees of the process (the
+    local backend reads /proc), else what the executor measured of itself and pushed (a pod: the
+    master cannot see inside it)."""
+    if obs.cpu_s > 0 or obs.rss > 0:
+        return obs.cpu_s, obs.rss, True
+    if "rss" in pushed and "cpu_s" in pushed:
+        return float(pushed["cpu_s"]), int(pushed["rss"]), True
+    return 0.0, 0, False
 
 
 def usage(latest: list[Sample]) -> dict[str, Any] | None:

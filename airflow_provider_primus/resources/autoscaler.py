@@ -85,6 +85,7 @@ class _Signals:
     rows_per_s: float
     starvation: float
     credit_blocked: float
+    usage_known: bool
 
 
 def _signals(samples: Sequence[Sample]) -> _Signals:
@@ -111,6 +112,7 @@ def _signals(samples: Sequence[Sample]) -> _Signals:
         rows_per_s=(last.rows - first.rows) / span if span > 0 else 0.0,
         starvation=wait / (wait + busy) if wait + busy > 0 else 0.0,
         credit_blocked=wait / span if span > 0 else 0.0,
+        usage_known=all(s.usage_known for s in regime),
     )
 
 
@@ -289,7 +291,8 @@ def decide(
         if sample.executor in removed and sample.t < removed[sample.executor] + window:
             continue
         per_executor.setdefault(sample.executor, []).append(sample)
-    signals = [_signals(per_executor[name]) for name in sorted(per_executor)]
+    # An executor whose CPU and memory use is unknown is not judged at all: no data is not idle.
+    signals = [s for s in (_signals(per_executor[name]) for name in sorted(per_executor)) if s.usage_known]
     plan = _Planner(policy, roles, now, history)
     for s in signals:
         plan.raise_memory(s)

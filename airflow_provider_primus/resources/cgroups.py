@@ -127,7 +127,9 @@ def _enable_controllers(base: Path) -> None:
                 with contextlib.suppress(ProcessLookupError):
                     (leaf / "cgroup.procs").write_text(pid)
             control.write_text("+memory")
-    available = (base / "cgroup.controllers").read_text().split() if (base / "cgroup.controllers").exists() else []
+    available = (
+        (base / "cgroup.controllers").read_text().split() if (base / "cgroup.controllers").exists() else []
+    )
     if "cpu" in available and "cpu" not in enabled:
         with contextlib.suppress(OSError):  # not ours to enable: CPU stays with the duty cycle
             control.write_text("+cpu")

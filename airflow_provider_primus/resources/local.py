@@ -33,6 +33,7 @@ from typing import Any
 from airflow_provider_primus.resources import procfs
 from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
 from airflow_provider_primus.resources.cgroups import Groups, Hierarchy, Setting
+from airflow_provider_primus.resources.own_usage import OWN_CGROUP_ENV
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,10 @@ class LocalBackend:
         logfile = self.workdir / f"{name}.log"
         threads = dict.fromkeys(_THREAD_VARS, str(max(1, math.ceil(allotment.cpu))))
         full_env = {**os.environ, **env, "PRIMUS_ALLOTMENT_FILE": str(afile), **threads}
+        # cgroup v2: the executor's group holds all its use, so it may measure itself there (v1
+        # here has no per-executor cpuacct group: /proc it is, which this backend reads too).
+        if self._hierarchy is not None and self._hierarchy.version == 2:
+            full_env[OWN_CGROUP_ENV] = "1"
         # The wrapper would only report a missing program in the log; fail here like Popen would.
         if not command or shutil.which(command[0], path=full_env.get("PATH")) is None:
             raise FileNotFoundError(f"cannot run {list(command)[:1]}")
@@ -328,6 +333,11 @@ class LocalBackend:
         ex = ex if ex is not None and ex.pid == pid else None
         exit_code = ex.popen.poll() if ex is not None and ex.popen is not None else None
         alive = exit_code is None and procfs.is_running(pid, start)
+        if not alive and exit_code is None and ex is not None and ex.popen is not None:
+            # Dying but not yet reapable (a SIGKILL still tearing the process down): its code
+            # is a moment away, and an exit without one would read as lost.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                exit_code = ex.popen.wait(timeout=2.0)
         cpu, rss, rd, wr = procfs.usage(pid, links) if alive else (0.0, 0, 0, 0)
         reason = None
         if ex is not None:

@@ -32,6 +32,9 @@ class Sample:
     rows: int = 0  # cumulative rows served (data) or trained (trainer)
     wait_s: float = 0.0
     busy_s: float = 0.0
+    # False: neither the backend nor the executor could say how much CPU and memory it used (a pod
+    # before its first heartbeat). Unknown is never read as idle: the autoscaler leaves it alone.
+    usage_known: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -16,6 +16,7 @@ from typing import Any
 from pyarrow import flight
 
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
+from airflow_provider_primus.resources.own_usage import own_usage
 
 EVENTS_KEPT = 100
 
@@ -83,7 +84,16 @@ class JobReporter:
                 wait += ongoing if self._state == "wait" else 0.0
                 busy += ongoing if self._state == "busy" else 0.0
             events = list(self._events)
-        snap = {"wait_s": round(wait, 4), "busy_s": round(busy, 4), "rows": self.rows, **self.extra}
+        usage = own_usage()  # what a master that cannot see this process (a pod) learns of its use
+        snap = {
+            "wait_s": round(wait, 4),
+            "busy_s": round(busy, 4),
+            "rows": self.rows,
+            "cpu_s": usage["cpu_s"],
+            "rss": usage["rss"],
+            "usage_source": usage["source"],
+            **self.extra,
+        }
         if events:
             snap["events"] = events
         return snap

@@ -7,6 +7,7 @@ rules are exercised on traces built here, where each test states the figures tha
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -494,3 +495,14 @@ def test_a_trainer_busy_with_a_stream_burst_gets_cpu_one_starved_by_data_executo
     # The same trainer while data executors serve it: the wait is theirs, the trainer keeps its CPU.
     serving = series("data-0", "data", util=0.5, wait=0.1, rows_per_s=100.0)
     assert [d for d in decide(burst + serving, views(), Scaling(), 30.0) if d.role == "trainer"] == []
+
+
+def test_an_executor_whose_usage_is_unknown_is_never_taken_for_idle() -> None:
+    # Zero CPU and memory would read as idle: lower its CPU and memory. Unknown, it is left alone.
+    unknown = [
+        dataclasses.replace(s, usage_known=False)
+        for s in series("data-0", "data", util=0.0, mem=0.0, wait=0.0, rows_per_s=0.0)
+    ]
+    assert decide(unknown, views(data_replicas=1), Scaling(), 30.0) == []
+    known = series("data-0", "data", util=0.0, mem=0.0, wait=0.0, rows_per_s=0.0)
+    assert decide(known, views(data_replicas=1), Scaling(), 30.0) != []

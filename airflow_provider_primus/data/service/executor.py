@@ -37,12 +37,19 @@ from airflow_provider_primus.data.service.auth import TokenAuthFactory, advertis
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.data.service.options import DataExecutorOptions
 from airflow_provider_primus.data.service.wire import dumps, loads
-from airflow_provider_primus.data.sources.files import open_filesystem
+from airflow_provider_primus.data.sources.files import open_source_filesystem
 from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMismatchError, Transformed
 from airflow_provider_primus.process import StopRequested
 from airflow_provider_primus.resources.allotment import AllotmentWatcher
+from airflow_provider_primus.resources.own_usage import own_usage
 
 BATCH, END, EOF = "batch", "end", "eof"
+
+
+def _usage_fields() -> dict[str, Any]:
+    """The executor's own CPU and memory, so a master that cannot see the process (a pod) can."""
+    usage = own_usage()
+    return {"cpu_s": usage["cpu_s"], "rss": usage["rss"], "usage_source": usage["source"]}
 
 
 @dataclass
@@ -68,8 +75,8 @@ class Metrics:
             "max_queued": self.max_queued,
             "blocked_storage_s": round(self.blocked_storage_s, 3),
             "blocked_credit_s": round(self.blocked_credit_s, 3),
-            "cpu_s": round(time.process_time(), 3),
             "failures": self.failures,
+            **_usage_fields(),
         }
 
 
@@ -200,7 +207,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         self.windows[task.task_id] = task.group
         source = self.spec.spec.source(task.source)
         transformer = self.transformers[source.name]
-        fs, _ = open_filesystem(source.uri)
+        fs, _ = open_source_filesystem(source)
         # What errors of the transforms name: the file, when the task reads one.
         where = task.slices[0].path if len(task.slices) == 1 else f"<task {task.task_id}>"
         pos = start

@@ -330,6 +330,7 @@ def _alive(pid: int | None) -> bool:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from airflow_provider_primus.master.store import JobNotFound
+    from airflow_provider_primus.spec.status import TERMINAL
 
     try:
         status = _store(args).get(_job_name(args.job)).status
@@ -352,6 +353,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     if status.get("message"):
         print(f"  message: {status['message']}")
+    if (status.get("master") or {}).get("metrics") and status.get("phase") not in TERMINAL:
+        print(f"  metrics: {status['master']['metrics']} (Prometheus; the job token as bearer)")
     return 0
 
 

@@ -13,12 +13,14 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import uvicorn
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from airflow_provider_primus.master.metrics import CONTENT_TYPE
 from airflow_provider_primus.master.store import JobStore, modify
 from airflow_provider_primus.spec.base import UtcDatetime
 
@@ -100,7 +102,9 @@ class JobControl:
         return {"accepted": True, "request": change, "version": record.version}
 
 
-def create_app(control: Control, token: str) -> FastAPI:
+def create_app(control: Control, token: str, metrics: Callable[[], bytes] | None = None) -> FastAPI:
+    """``metrics``: the job's Prometheus exposition (``GET /metrics``, behind the same token: a
+    scrape config names it as ``authorization: {credentials_file: …}``)."""
     app = FastAPI(title="Primus job control", docs_url=None, redoc_url=None, openapi_url=None)
 
     def authorized(request: Request) -> None:
@@ -114,6 +118,13 @@ def create_app(control: Control, token: str) -> FastAPI:
     @app.get("/v1/status", dependencies=auth)
     def status() -> dict[str, Any]:
         return control.status_view()
+
+    if metrics is not None:
+        scrape = metrics
+
+        @app.get("/metrics", dependencies=auth)
+        def prometheus() -> Response:
+            return Response(content=scrape(), media_type=CONTENT_TYPE)
 
     @app.get("/v1/events", dependencies=auth)
     def events(after: int = 0, limit: int = 1000) -> list[dict[str, Any]]:

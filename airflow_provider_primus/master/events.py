@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +32,24 @@ class EventLog:
         self._tail: deque[dict[str, Any]] = deque(maxlen=TAIL)
         self._queued: list[tuple[str, str, str | None, dict[str, Any]]] = []
         self._lock = threading.Lock()
+        # Events by type (and scaling decisions by action) since the job began, for the metrics'
+        # counters: seeded from the store, so a master restart is not a counter reset.
+        self._counts: Counter[tuple[str, str | None]] = Counter()
+        after = 0
+        while batch := store.events(job, after=after, limit=10_000):
+            for event in batch:
+                self._count(event.type, event.data)
+            after = batch[-1].seq
+
+    def _count(self, type_: str, data: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._counts[(type_, None)] += 1
+            if type_ == EventType.SCALE_DECISION.value and data.get("action"):
+                self._counts[(type_, str(data["action"]))] += 1
+
+    def counts(self) -> dict[tuple[str, str | None], int]:
+        with self._lock:
+            return dict(self._counts)
 
     def emit(
         self,
@@ -48,6 +66,7 @@ class EventLog:
         body = payload.model_dump(mode="json", exclude_none=True)
         event = self.store.add_event(self.job, type_.value, message, executor, body)
         self._tail.append(event.to_dict())
+        self._count(type_.value, body)
         log.info("%s %s", type_.value, message)
 
     def queue(self, type_: str, message: str, executor: str | None, data: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ from airflow_provider_primus.master.dataservice import JobData
 from airflow_provider_primus.master.events import EventLog
 from airflow_provider_primus.master.executors import Executor, Executors
 from airflow_provider_primus.master.jobs import job_paths, read_token
+from airflow_provider_primus.master.metrics import JobMetrics, render
 from airflow_provider_primus.master.publish import (
     MasterError,
     StatusPublisher,
@@ -106,7 +107,8 @@ class Master:
             self._fail_at_start(previous, message)
             raise MasterError(message) from exc
         listen, self.control = self.job.spec.control, JobControl(store, name, self.wake)
-        app = create_app(self.control, self.token)
+        collector = JobMetrics(name, self.control.status_view, self.events.counts)
+        app = create_app(self.control, self.token, metrics=lambda: render(collector))
         self.api = ApiServer(app, listen.host, int(master.get("api_port") or listen.port)).start()
         self.restarted = bool(master)
         for ex in self.executors.adopt_all():
@@ -260,7 +262,12 @@ class Master:
                 phase=self.phase,
                 message=self.message,
                 suspended=self.suspended,
-                master={"api": self.api.url, "api_port": self.api.port, **self.jobdata.endpoint()},
+                master={
+                    "api": self.api.url,
+                    "api_port": self.api.port,
+                    "metrics": f"{self.api.url}/metrics",
+                    **self.jobdata.endpoint(),
+                },
                 scaling=self.scaling,
                 executors=self.executors,
                 telemetry=self.telemetry,

@@ -108,6 +108,7 @@ class MasterEndpoint(_Status):
     pid_created: float
     api: str
     api_port: int
+    metrics: str | None = None  # the Prometheus scrape target (the job token as bearer)
     dispatcher: str
     dispatcher_port: int
 

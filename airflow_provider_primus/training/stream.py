@@ -136,6 +136,15 @@ class StreamSource:
             lag += max(0, end - state.next_offset[p])
         return lag
 
+    def _partition_lag(self) -> dict[str, int]:
+        """Records on the broker not yet read, per partition (as of each partition's last fetch)."""
+        state = self._state
+        out = {}
+        for p, high in sorted(state.high.items()):
+            if high is not None and p in state.next_offset:
+                out[str(p)] = max(0, high - state.next_offset[p])
+        return out
+
     def _ended(self) -> bool:
         state = self._state
         return state.end_offsets is not None and all(
@@ -180,6 +189,7 @@ class StreamSource:
         with state.cond:
             return {
                 **state.availability.report(time.monotonic()),
+                "lag": self._partition_lag(),
                 "skipped_records": state.skipped_records,
                 "commit_pending": self._committer.pending(),
             }

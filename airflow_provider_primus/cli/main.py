@@ -17,6 +17,7 @@ from airflow_provider_primus import __version__
 from airflow_provider_primus.cli import (
     bench,
     cluster,
+    control,
     demo,
     doctor,
     gen,
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.register(sub)
     k8s.register(sub)
     cluster.register(sub)
+    control.register(sub)
     return parser
 
 

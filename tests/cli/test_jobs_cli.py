@@ -88,3 +88,41 @@ def test_submit_reports_a_planning_failure_at_once(job_world: JobWorld) -> None:
     status = json.loads(primus("status", "job", "--json").stdout)
     assert status["phase"] == "Failed" and str(missing) in status["message"]
     assert "Traceback" not in status["message"]
+
+
+def test_the_operator_verbs_against_a_live_job(job_world: JobWorld) -> None:
+    from airflow_provider_primus.master.jobs import wait_for
+
+    job = job_world.job(follow=True)
+    assert primus("submit", str(job), "--label", "team=ads").stdout.strip() == "job"
+    listed = [
+        json.loads(line) for line in primus("jobs", "--json", "--label", "team=ads").stdout.splitlines()
+    ]
+    assert [r["name"] for r in listed] == ["job"] and listed[0]["labels"] == {"team": "ads"}
+    assert primus("jobs", "--json", "--label", "team=other").stdout == ""
+    assert "job" in primus("jobs").stdout
+
+    wait_for(job_world.store, "job", lambda r: (r.status.get("progress") or {}).get("trainer_step"), 120)
+    resized = json.loads(
+        primus("resize", "job", "--role", "data", "--cpu", "500m", "--memory", "768Mi").stdout
+    )
+    assert list(resized["resized"]) == ["data-0"]
+    record = wait_for(
+        job_world.store,
+        "job",
+        lambda r: r.status["executors"]["data-0"]["handle"]["allotment"] == {"cpu": 0.5, "memory": 768 << 20},
+        60,
+    )
+    assert record.status["executors"]["data-0"]["restarts"] == 0  # in place
+    bad = primus("resize", "job", "--role", "data", "--memory", "lots", check=False)
+    assert bad.returncode == 1 and "512Mi" in bad.stderr
+
+    done = json.loads(primus("savepoint", "job", "--id", "before-upgrade", "--wait", "120").stdout)
+    assert done["id"] == "before-upgrade" and done["state"] == "done" and done["checkpoint"]
+
+    assert json.loads(primus("suspend", "job").stdout)["accepted"] is True
+    wait_for(job_world.store, "job", lambda r: r.status.get("phase") == "Suspended", 60)
+    assert json.loads(primus("resume", "job").stdout)["accepted"] is True
+    wait_for(job_world.store, "job", lambda r: r.status.get("phase") == "Running", 60)
+    primus("stop", "job", "--wait")
+    assert [r["phase"] for r in map(json.loads, primus("jobs", "--json").stdout.splitlines())] == ["Stopped"]

@@ -1,0 +1,185 @@
+"""``primus jobs``, ``savepoint``, ``suspend``, ``resume``, ``resize``: the control API's verbs as the
+commands an operator expects, beside ``status``, ``events``, ``scale`` and ``stop`` (cli/jobs.py).
+
+Each talks to the job's master through its control API (the job token read from the job's home or
+its Secret), prints one JSON object, and exits 1 with the master's reason when it refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from airflow_provider_primus.cli.jobs import _client, _job_name, _store, _store_arg
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    jobs = sub.add_parser(
+        "jobs",
+        help="list jobs",
+        description="List the jobs in the store (or a namespace): name, phase, executors, rows, age.",
+    )
+    jobs.add_argument(
+        "--label", action="append", default=[], help="KEY=VALUE: only jobs with it (repeatable)"
+    )
+    jobs.add_argument("--phase", action="append", default=[], help="only jobs in this phase (repeatable)")
+    jobs.add_argument("--json", action="store_true", help="one JSON object per job, per line")
+    _store_arg(jobs)
+    jobs.set_defaults(handler=cmd_jobs)
+
+    savepoint = sub.add_parser(
+        "savepoint",
+        help="ask the trainer for a checkpoint now",
+        description="Request a savepoint: the trainer's next checkpoint covers it; --wait until it is "
+        "durable (the status's savepoints entry says which checkpoint).",
+    )
+    savepoint.add_argument("job", help="job name (or its document)")
+    savepoint.add_argument("--id", help="an id for the savepoint (default: generated)")
+    savepoint.add_argument("--wait", type=float, metavar="SECONDS", help="wait this long for it to be done")
+    _store_arg(savepoint)
+    savepoint.set_defaults(handler=cmd_savepoint)
+
+    for verb, text in (("suspend", "stop the job's executors, keeping its state"), ("resume", "resume it")):
+        p = sub.add_parser(verb, help=text, description=f"Ask the job's master to {text}.")
+        p.add_argument("job", help="job name (or its document)")
+        _store_arg(p)
+        p.set_defaults(handler=cmd_suspend if verb == "suspend" else cmd_resume)
+
+    resize = sub.add_parser(
+        "resize",
+        help="change the CPU and/or memory of running executors in place",
+        description="Resize every running executor of --role (or one --executor) in place: CPU in cores "
+        "or millicores (1.5, 500m), memory as a quantity (2Gi, 512Mi).",
+    )
+    resize.add_argument("job", help="job name (or its document)")
+    target = resize.add_mutually_exclusive_group(required=True)
+    target.add_argument("--role", choices=("data", "trainer", "evaluator"))
+    target.add_argument("--executor", help="one executor by name (data-0, trainer-0, ...)")
+    resize.add_argument("--cpu", help="cores (1.5) or millicores (500m)")
+    resize.add_argument("--memory", help="bytes or a quantity (2Gi)")
+    _store_arg(resize)
+    resize.set_defaults(handler=cmd_resize)
+
+
+def _fail(exc: Exception) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return 1
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"error: --label wants KEY=VALUE, got {pair!r}")
+        out[key] = value
+    return out
+
+
+def _row(record: Any) -> dict[str, Any]:
+    status = record.status
+    executors = status.get("executors") or {}
+    return {
+        "name": record.name,
+        "phase": status.get("phase", "Pending"),
+        "running": sum(1 for e in executors.values() if e.get("state") == "running"),
+        "acked_rows": (status.get("progress") or {}).get("acked_rows", 0),
+        "labels": dict(record.labels),
+        "message": status.get("message"),
+    }
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    records = _store(args).find(_labels(args.label) or None)
+    rows = [_row(r) for r in sorted(records, key=lambda r: r.name)]
+    if args.phase:
+        rows = [r for r in rows if r["phase"] in args.phase]
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+        return 0
+    print(f"{'NAME':<28} {'PHASE':<10} {'RUNNING':>7} {'ROWS':>12}  LABELS")
+    for row in rows:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(row["labels"].items()))
+        print(f"{row['name']:<28} {row['phase']:<10} {row['running']:>7} {row['acked_rows']:>12}  {labels}")
+    return 0
+
+
+def cmd_savepoint(args: argparse.Namespace) -> int:
+    store, name = _store(args), _job_name(args.job)
+    try:
+        result = _client(store, name).savepoint(args.id)
+    except Exception as exc:
+        return _fail(exc)
+    if args.wait:
+        from airflow_provider_primus.master.jobs import wait_for
+
+        sid = str((result.get("request") or {}).get("savepoint"))
+        try:
+            record = wait_for(
+                store,
+                name,
+                lambda r: (
+                    ((r.status.get("savepoints") or {}).get(sid) or {}).get("state") in ("done", "failed")
+                ),
+                args.wait,
+            )
+        except TimeoutError as exc:
+            return _fail(exc)
+        result = {"id": sid, **record.status["savepoints"][sid]}
+        if result["state"] == "failed":
+            print(json.dumps(result))
+            return 1
+    print(json.dumps(result))
+    return 0
+
+
+def cmd_suspend(args: argparse.Namespace) -> int:
+    try:
+        print(json.dumps(_client(_store(args), _job_name(args.job)).suspend()))
+    except Exception as exc:
+        return _fail(exc)
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    try:
+        print(json.dumps(_client(_store(args), _job_name(args.job)).resume()))
+    except Exception as exc:
+        return _fail(exc)
+    return 0
+
+
+def cmd_resize(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.spec.job import parse_cpu, parse_memory
+
+    if args.cpu is None and args.memory is None:
+        return _fail(ValueError("give --cpu, --memory or both"))
+    try:
+        cpu = None if args.cpu is None else parse_cpu(args.cpu)
+        memory = None if args.memory is None else parse_memory(args.memory)
+    except (TypeError, ValueError) as exc:
+        return _fail(exc)
+    store, name = _store(args), _job_name(args.job)
+    try:
+        executors = store.get(name).status.get("executors") or {}
+        if args.executor:
+            targets = [args.executor]
+        else:
+            targets = sorted(
+                n
+                for n, e in executors.items()
+                if e.get("state") == "running" and (e.get("handle") or {}).get("role") == args.role
+            )
+        if not targets:
+            return _fail(RuntimeError(f"job {name!r} has no running {args.role} executor"))
+        client = _client(store, name)
+        results = {t: client.resize(t, cpu=cpu, memory=memory) for t in targets}
+    except Exception as exc:
+        return _fail(exc)
+    print(json.dumps({"job": name, "resized": results}))
+    return 0

@@ -91,6 +91,7 @@ class JobControl:
     def status_view(self) -> dict[str, Any]:
         status = dict(self.store.get(self.job).status)
         status.pop("data_progress", None)  # the dispatcher's bookkeeping, large and for the master only
+        status.pop("history", None)  # the charts' series: the pages read it from the store
         return status
 
     def events_view(self, after: int, limit: int) -> list[dict[str, Any]]:

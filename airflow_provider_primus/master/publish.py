@@ -18,6 +18,7 @@ import psutil
 from airflow_provider_primus.master.dataservice import JobData
 from airflow_provider_primus.master.events import EventLog
 from airflow_provider_primus.master.executors import Executors
+from airflow_provider_primus.master.history import StatusHistory
 from airflow_provider_primus.master.savepoints import Savepoints
 from airflow_provider_primus.master.scaling import Scaling
 from airflow_provider_primus.master.store import JobStore, modify
@@ -53,6 +54,7 @@ class StatusPublisher:
     ) -> None:
         self.store, self.job, self.on_status = store, job, on_status
         self._last: tuple[str, float] = ("", 0.0)
+        self._history: StatusHistory | None = None  # resumed from the stored status at first use
 
     def failed(self, previous: Mapping[str, Any], message: str, executors: dict[str, Any]) -> None:
         """A job that cannot start fails with its reason in the status it had (no heartbeat dedupe)."""
@@ -72,6 +74,10 @@ class StatusPublisher:
         if fingerprint == self._last[0] and now - self._last[1] < HEARTBEAT_S:
             return False
         status["updated"] = time.time()
+        if self._history is None:
+            self._history = StatusHistory(self.store.get(self.job).status.get("history") or [])
+        self._history.add(status, status["updated"])
+        status["history"] = self._history.to_list()
         modify(self.store, self.job, lambda _r: status, part="status")
         self._last = (fingerprint, now)
         if self.on_status is not None:

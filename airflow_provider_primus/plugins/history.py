@@ -1,10 +1,11 @@
-"""What the job pages chart over time, kept in the web server's memory.
+"""What the job pages chart over time.
 
-The job store holds only a job's *latest* status (the master rewrites it every pass), so training
-metrics and executor telemetry have no history there. ``History`` keeps one: a bounded series of
-points per job, one per distinct ``status.updated`` seen, fed by every page view and by a
-background ``Sampler`` that polls the running jobs. It starts empty when the API server starts and
-each API-server worker process has its own.
+The master keeps each job's figures over time in its status (``master/history.py``: a point every
+20 s, bounded, downsampled when old), so every API-server worker draws the same history and a
+restart of the API server (or of the master) loses none of it. Between two of those points the
+pages add what they saw themselves: ``History`` keeps the points of every ``status.updated`` seen,
+fed by page views and by a background ``Sampler`` that polls the running jobs, for the charts'
+latest seconds at full resolution.
 
 Scaling events *are* stored (the event log is append-only), so their history is exact; it is read
 incrementally (only events after the last sequence number seen) and the relevant kinds are kept.
@@ -15,12 +16,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from airflow_provider_primus.master.history import Point, point_from_dict, point_from_status
 from airflow_provider_primus.master.store import Event, JobRecord, JobStore
-from airflow_provider_primus.plugins.status import as_map, dig, num
 from airflow_provider_primus.spec.status import TERMINAL
 
 log = logging.getLogger(__name__)
@@ -39,52 +39,6 @@ SCALING_EVENTS = (
     "MemoryLimit",
 )
 LIFECYCLE_EVENTS = (*SCALING_EVENTS, "ExecutorAdopted", "TrainerCompleted", "MasterStarted")
-
-
-@dataclass(frozen=True)
-class Point:
-    """One status, reduced to the numbers the charts use."""
-
-    t: float  # status.updated, seconds since the epoch
-    acked_rows: float | None = None
-    trainer_rows: float | None = None
-    trainer_step: float | None = None
-    samples_per_s: float | None = None
-    auc: float | None = None
-    window_auc: float | None = None
-    freshness_p50: float | None = None
-    freshness_p99: float | None = None
-    executors: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> telemetry numbers
-
-
-def point_from_status(status: Mapping[str, Any]) -> Point | None:
-    t = num(status.get("updated"))
-    if t is None:
-        return None
-    progress = as_map(status.get("progress"))
-    metrics = dig(progress, "trainer_metrics") or {}
-    executors: dict[str, dict[str, float]] = {}
-    for name, ex in as_map(status.get("executors")).items():
-        telemetry = dig(ex, "telemetry")
-        if not isinstance(telemetry, Mapping) or dig(ex, "state") != "running":
-            continue
-        numbers = {
-            k: v for k in ("cpu_util", "mem_util", "rows_per_s") if (v := num(telemetry.get(k))) is not None
-        }
-        if numbers:
-            executors[str(name)] = numbers
-    return Point(
-        t=t,
-        acked_rows=num(dig(progress, "acked_rows")),
-        trainer_rows=num(dig(progress, "trainer_rows")),
-        trainer_step=num(dig(progress, "trainer_step")),
-        samples_per_s=num(dig(metrics, "samples_per_s")),
-        auc=num(dig(metrics, "progressive", "auc")),
-        window_auc=num(dig(metrics, "progressive", "window_auc")),
-        freshness_p50=num(dig(metrics, "freshness_s", "p50")),
-        freshness_p99=num(dig(metrics, "freshness_s", "p99")),
-        executors=executors,
-    )
 
 
 @dataclass
@@ -119,13 +73,17 @@ class History:
             return list(self._jobs)
 
     def observe(self, record: JobRecord) -> list[Point]:
-        """Add the record's status (once per ``updated``) and return the job's series."""
+        """Add the record's status (once per ``updated``) and return the job's series: the master's
+        durable history, then what this process saw after its last point."""
         point = point_from_status(record.status)
+        stored = record.status.get("history")
+        durable = [p for p in map(point_from_dict, stored if isinstance(stored, list) else []) if p]
         with self._lock:
             job = self._job(record)
             if point is not None and (not job.points or point.t > job.points[-1].t):
                 job.points.append(point)
-            return list(job.points)
+            since = durable[-1].t if durable else float("-inf")
+            return [*durable, *(p for p in job.points if p.t > since)]
 
     def events(self, store: JobStore, record: JobRecord, page: int = 1000) -> list[Event]:
         """The job's scaling and lifecycle events, read from the store since the last call."""

@@ -1,32 +1,12 @@
-"""Reading a stored job status defensively: the pages must render whatever a master (of any
-version, or one that has not written yet) left in the store, so every lookup tolerates a missing
-key or a value of an unexpected type."""
+"""What the pages read of a stored job status: the defensive lookups (``lookup.py``, shared with
+the core) and the labels that tie jobs together on a page."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from airflow_provider_primus.lookup import as_map, dig, num
+
+__all__ = ["BASELINE_LABEL", "as_map", "dig", "num"]
 
 # A job carrying this label (its value: another job's name) is that job's baseline: the other job's
 # page compares their stream AUCs (a batch-only shadow beside a mixed model, say).
 BASELINE_LABEL = "primus.dev/baseline-for"
-
-
-def num(value: Any) -> float | None:
-    """A number as float; None for anything else (booleans included)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def dig(obj: Any, *keys: str) -> Any:
-    """``obj[k1][k2]…``, or None where a level is missing or not a mapping."""
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def as_map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

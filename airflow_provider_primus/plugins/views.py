@@ -13,13 +13,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
+from airflow_provider_primus.master.history import Point
 from airflow_provider_primus.master.store import Event, JobRecord
 from airflow_provider_primus.plugins.charts import (
     Series,
     line_chart,
     sparkline,
 )
-from airflow_provider_primus.plugins.history import Point
 from airflow_provider_primus.plugins.html import (
     bar,
     e,

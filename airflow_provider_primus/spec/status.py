@@ -384,6 +384,8 @@ class JobStatus(_Status):
     applied: dict[str, Any] = Field(default_factory=dict)  # the master's record of requests acted on
     events: list[Event] = Field(default_factory=list)  # the newest few
     data_progress: dict[str, list[list[int]]] = Field(default_factory=dict)  # acknowledged row ranges
+    # The charts' durable history (master/history.py): bounded points, downsampled when old.
+    history: list[dict[str, Any]] = Field(default_factory=list)
     updated: float | None = None  # the master's heartbeat (epoch seconds)
 
     @classmethod

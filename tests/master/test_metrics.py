@@ -85,6 +85,13 @@ def test_a_running_job_is_scraped_and_its_metrics_match_its_status(job_world: Jo
         age = value(samples, "primus_checkpoint_age_seconds")
         assert 0 <= age < 600  # the trainer checkpointed during the pass
         assert value(samples, "primus_trainer_step") == progress["trainer_step"]
+        assert status["history"] and status["history"][-1]["t"] <= status["updated"]  # the charts' series
+        assert (
+            "history"
+            not in httpx.get(
+                record.status["master"]["api"] + "/v1/status", headers={"Authorization": f"Bearer {token}"}
+            ).json()
+        )
     finally:
         master.request({"stop": True})
         thread.join(timeout=60)

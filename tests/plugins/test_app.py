@@ -13,10 +13,11 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from airflow_provider_primus.kubernetes.store import KubeJobStore
+from airflow_provider_primus.master.history import point_from_status
 from airflow_provider_primus.master.store import SqliteJobStore, modify
 from airflow_provider_primus.plugins.app import create_app
 from airflow_provider_primus.plugins.charts import Series, line_chart, nice_ticks, timeline
-from airflow_provider_primus.plugins.history import History, Sampler, point_from_status
+from airflow_provider_primus.plugins.history import History, Sampler
 from airflow_provider_primus.plugins.scaling import allotment_series
 from airflow_provider_primus.plugins.status import BASELINE_LABEL
 from airflow_provider_primus.plugins.views import data_rows, window_label
@@ -596,3 +597,19 @@ def test_the_job_page_compares_the_stream_auc_with_a_baseline(
     assert 'aria-label="Window AUC on the stream"' in section
     # The baseline's own page has no baseline of its own.
     assert "Compared with its baseline" not in client.get("/jobs/movielens-batch").text
+
+
+def test_a_restarted_api_server_draws_the_history_the_master_kept(
+    store: SqliteJobStore, store_path: Path, viewer_token: str
+) -> None:
+    from airflow_provider_primus.master.history import StatusHistory
+
+    kept = StatusHistory(every_s=1.0)
+    now = store.get("movielens").status["updated"]
+    for i, t in enumerate((now - 30, now - 20, now - 10)):
+        kept.add({"progress": {"acked_rows": 1000 * i}}, now=t)
+    modify(store, "movielens", lambda r: {**r.status, "history": kept.to_list()}, part="status")
+    for _ in range(2):  # a fresh app each time: nothing in its memory, the same history drawn
+        fresh = create_app(store_path, sample_s=None)
+        with TestClient(fresh, headers={"Authorization": f"Bearer {viewer_token}"}) as c:
+            assert "4 points so far" in c.get("/jobs/movielens").text  # 3 kept + the status now

@@ -62,6 +62,51 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "extra-links": ["airflow_provider_primus.links.job.PrimusJobLink"],
+        "config": {
+            "primus": {
+                "description": (
+                    "Deployment-wide defaults of the Primus provider; a Primus connection's extra "
+                    "overrides them per connection, and each is also read from AIRFLOW__PRIMUS__<KEY>."
+                ),
+                "options": {
+                    "home": {
+                        "description": (
+                            "PRIMUS_HOME of the local backend: the job store and job files. Workers, the "
+                            "triggerer and the API server must all see the same directory. Empty: the "
+                            "PRIMUS_HOME environment variable, else ~/.primus."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/shared/primus",
+                        "default": "",
+                    },
+                    "default_backend": {
+                        "description": "local or kubernetes, for connections that do not say.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "kubernetes",
+                        "default": "local",
+                    },
+                    "namespace": {
+                        "description": "The namespace of PrimusJob resources (kubernetes backend).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "ml-jobs",
+                        "default": "default",
+                    },
+                    "ui_sample_interval": {
+                        "description": (
+                            "Seconds between the UI's reads of running jobs between page views (0: only "
+                            "on page views; the master keeps the charts' history either way)."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "10",
+                        "default": "5",
+                    },
+                },
+            }
+        },
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_primus.hooks.primus.PrimusHook",

@@ -100,3 +100,26 @@ def test_every_airflow_class_is_listed() -> None:
     [conn] = info["connection-types"]
     assert conn["connection-type"] == "primus"
     assert conn["hook-class-name"] == "airflow_provider_primus.hooks.primus.PrimusHook"
+
+
+def test_the_provider_declares_its_config_section_and_the_hook_reads_it(tmp_path) -> None:
+    """``airflow config list`` shows the ``[primus]`` section; AIRFLOW__PRIMUS__* settings reach the
+    hook (under a connection's extra, which still wins)."""
+    import os
+
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__PRIMUS__HOME": str(tmp_path / "shared")}
+    listed = subprocess.run(
+        [venv_bin("airflow"), "config", "list", "--section", "primus", "--show-values"],
+        env=env, capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert "[primus]" in listed and f"home = {tmp_path / 'shared'}" in listed
+    assert "default_backend = local" in listed and "ui_sample_interval = 5" in listed
+    code = "from airflow_provider_primus.hooks.primus import PrimusHook; print(PrimusHook().home)"
+    seen = (
+        subprocess.run(
+            [venv_bin("python"), "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    assert seen == str(tmp_path / "shared")

@@ -64,6 +64,18 @@ class PrimusError(ControlError):
     answer after the retries."""
 
 
+def provider_setting(key: str) -> str | None:
+    """``[primus] key`` of Airflow's configuration (also ``AIRFLOW__PRIMUS__KEY``), the deployment's
+    default under a connection's extra; None when unset or empty."""
+    try:
+        from airflow.configuration import conf
+
+        value = conf.get("primus", key, fallback="")
+    except Exception:  # no Airflow configuration at all (the core, a bare process)
+        return None
+    return str(value) if value else None
+
+
 class PrimusHook(BaseHook):
     """Jobs of one ``primus`` connection: submit, find, watch and control them.
 
@@ -122,9 +134,9 @@ class PrimusHook(BaseHook):
             if self.primus_conn_id != self.default_conn_name:
                 raise
             return {
-                "home": None,
-                "backend": "local",
-                "namespace": None,
+                "home": provider_setting("home"),
+                "backend": provider_setting("default_backend") or "local",
+                "namespace": provider_setting("namespace"),
                 "kubernetes_conn_id": None,
                 "host": None,
                 "port": None,
@@ -133,9 +145,9 @@ class PrimusHook(BaseHook):
             }
         extra = conn.extra_dejson
         return {
-            "home": extra.get("home") or None,
-            "backend": extra.get("backend") or "local",
-            "namespace": extra.get("namespace"),
+            "home": extra.get("home") or provider_setting("home"),
+            "backend": extra.get("backend") or provider_setting("default_backend") or "local",
+            "namespace": extra.get("namespace") or provider_setting("namespace"),
             "kubernetes_conn_id": extra.get("kubernetes_conn_id"),
             "host": conn.host or None,
             "port": conn.port,

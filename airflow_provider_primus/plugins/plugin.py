@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
@@ -45,9 +46,16 @@ class LazyApp:
 
 
 def _create_app() -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    from airflow_provider_primus.plugins.app import connection_store, create_app
+    from airflow_provider_primus.hooks.primus import provider_setting
+    from airflow_provider_primus.plugins.app import DEFAULT_SAMPLE_S, connection_store, create_app
 
-    return create_app(store=connection_store())
+    home = provider_setting("home")
+    sample_s = float(provider_setting("ui_sample_interval") or DEFAULT_SAMPLE_S)
+    return create_app(
+        Path(home).expanduser() / "jobs.sqlite" if home else None,
+        store=connection_store(),
+        sample_s=sample_s or None,
+    )
 
 
 app = LazyApp(_create_app)

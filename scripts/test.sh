@@ -21,8 +21,12 @@ if command -v go >/dev/null 2>&1; then
   .venv/bin/python -c 'import logging; logging.basicConfig(level=logging.INFO, format="test: %(message)s")
 from airflow_provider_primus.embedded.kube.binaries import ensure_binaries, ensure_node_binaries
 ensure_binaries(); ensure_node_binaries()'
+  # SeaweedFS, the real S3-compatible server of the object-store tests: built once into the same cache.
+  .venv/bin/python -c 'import logging; logging.basicConfig(level=logging.INFO, format="test: %(message)s")
+from airflow_provider_primus.embedded.s3 import ensure_seaweedfs
+ensure_seaweedfs()'
 else
-  echo "test: warning: no go on PATH; the Kubernetes control plane is not built and its tests skip (install Go >= 1.25)" >&2
+  echo "test: warning: no go on PATH; the Kubernetes control plane and the S3 server are not built and their tests skip (install Go >= 1.25)" >&2
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

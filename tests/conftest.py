@@ -34,6 +34,8 @@ os.environ.update(
         # As the demo deploys Airflow: operators and sensors defer unless a test says otherwise.
         "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
         "PRIMUS_HOME": str(_SESSION_TMP / "primus-home"),
+        # No cloud metadata service to ask for object-store credentials: tests name theirs.
+        "AWS_EC2_METADATA_DISABLED": "true",
     }
 )
 # Each session tags its broker so a leak check can tell its JVMs from a developer's dev broker.
@@ -52,6 +54,8 @@ from airflow_provider_primus.embedded.kube.binaries import (  # noqa: E402
     ensure_binaries,
 )
 from airflow_provider_primus.embedded.kube.cluster import KubeCluster  # noqa: E402
+from airflow_provider_primus.embedded.s3 import EmbeddedS3, S3State, ensure_seaweedfs  # noqa: E402
+from airflow_provider_primus.embedded.s3 import GoNotFoundError as S3GoNotFoundError  # noqa: E402
 from tests.kube_env import USERS as KUBE_ENV_USERS  # noqa: E402
 from tests.kube_env import KubeEnv, install_crd, new_namespace  # noqa: E402
 
@@ -63,6 +67,7 @@ KUBE_TEST_USERS = {
 }
 KUBE_NODES = 3
 _kube_startup: list[float] = []
+_s3_startup: list[float] = []
 
 
 def venv_bin(name: str) -> str:
@@ -155,6 +160,28 @@ def kube(kube_crd: KubeCluster) -> KubeEnv:
 
 
 @pytest.fixture(scope="session")
+def s3_binary() -> Path:
+    """SeaweedFS's ``weed``; built from the Go module proxy on first use (minutes), then a stamp check."""
+    try:
+        return ensure_seaweedfs()
+    except S3GoNotFoundError as exc:  # only a missing toolchain skips; a failing build fails
+        pytest.skip(f"go not installed, so the S3 test server cannot be built: {exc}")
+
+
+@pytest.fixture(scope="session")
+def s3_server(s3_binary: Path) -> Iterator[S3State]:
+    """One real S3-compatible server (SeaweedFS) per session on loopback, with a generated key pair;
+    tests isolate themselves in their own buckets."""
+    server = EmbeddedS3(s3_binary, _SESSION_TMP / "s3")
+    state = server.start()
+    _s3_startup.append(state.startup_seconds)
+    try:
+        yield state
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """The session's SQLite metadata DB, migrated by Airflow's own CLI."""
     proc = subprocess.run(
@@ -169,6 +196,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"embedded Kafka broker startup: {_broker_startup[0]:.2f}s")
     if _kube_startup:
         terminalreporter.write_line(f"embedded Kubernetes control plane startup: {_kube_startup[0]:.2f}s")
+    if _s3_startup:
+        terminalreporter.write_line(f"embedded S3 server (SeaweedFS) startup: {_s3_startup[0]:.2f}s")
 
 
 def _leaked_processes() -> list[psutil.Process]:

@@ -50,7 +50,20 @@ def register(sub: Any) -> None:
         "OUT/primus-data.yaml; with --bootstrap-servers also produce the stream days to Kafka. The "
         "world is deterministic in its parameters and seed. Prints a JSON summary.",
     )
-    parser.add_argument("--out", type=Path, required=True, help="output folder (created if missing)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="output folder (created if missing), or s3://bucket/prefix for the history on an object "
+        "store (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY; the spec goes to --spec-dir)",
+    )
+    parser.add_argument(
+        "--spec-dir", type=Path, help="with --out s3://…: where primus-data.yaml goes (default: .)"
+    )
+    parser.add_argument("--endpoint", help="with --out s3://…: the S3 endpoint, http(s)://host:port")
+    parser.add_argument("--region", help="with --out s3://…: the bucket's region (default: us-east-1)")
+    parser.add_argument(
+        "--addressing", choices=("path", "virtual"), default="path", help="with --out s3://… (default: path)"
+    )
     parser.add_argument("--history-days", type=int, help="days written as files (default: 20)")
     parser.add_argument("--stream-days", type=int, help="days after the history, produced (default: 3)")
     parser.add_argument("--rows-per-day", type=int, help="impressions per day (default: 20000)")
@@ -104,14 +117,40 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
+    remote = str(args.out).startswith("s3://")
+    storage = _storage_section(args) if remote else None
+    spec_dir = (args.spec_dir or Path(".")) if remote else Path(args.out)
     try:
         spec = write_data_spec(
-            world, args.out, bootstrap_servers=args.bootstrap_servers or DEFAULT_BOOTSTRAP, topic=args.topic
+            world,
+            spec_dir,
+            bootstrap_servers=args.bootstrap_servers or DEFAULT_BOOTSTRAP,
+            topic=args.topic,
+            history_uri=f"{str(args.out).rstrip('/')}/history" if remote else None,
+            storage=storage,
         )
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    files = write_history(world, args.out)
+    if remote:
+        from airflow_provider_primus.data.objectstore import open_object_store
+        from airflow_provider_primus.gen.files import write_history_to
+        from airflow_provider_primus.spec.storage import ObjectStorage
+
+        try:
+            fs, root = open_object_store(
+                str(args.out),
+                ObjectStorage.model_validate(storage),
+                owner="primus gen",
+                allow_bucket_creation=True,
+            )
+            fs.create_dir(root.split("/", 1)[0])  # the bucket, where the store allows it
+            files: list[Any] = write_history_to(world, fs, root)
+        except OSError as exc:
+            print(f"error: writing the history to {args.out}: {exc}", file=sys.stderr)
+            return 1
+    else:
+        files = write_history(world, Path(args.out))
     messages = None
     if args.bootstrap_servers:
         from kafka.errors import KafkaError
@@ -135,3 +174,18 @@ def run(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary))
     return 0
+
+
+def _storage_section(args: argparse.Namespace) -> dict[str, Any]:
+    """The spec's ``storage`` for ``--out s3://…``: the endpoint and region given, and the AWS
+    environment variables' *names* when they are set here (never their values)."""
+    import os
+
+    section: dict[str, Any] = {"addressing": args.addressing}
+    if args.endpoint:
+        section["endpoint"] = args.endpoint
+    if args.region:
+        section["region"] = args.region
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        section["credentials"] = {"env": {}}
+    return section

@@ -1,9 +1,12 @@
 """The plan cache: what a complete partition resolved to, so a daily re-plan lists only the new day.
 
 Keyed by a fingerprint of the source's physical definition (URI, template, format, granularity,
-marker) and the partition time. Only complete partitions are cached; missing ones are listed again
-next time because they may have arrived. Without a success marker a cached partition is assumed
-immutable — use ``refresh`` (``primus plan --refresh``) when files are rewritten in place.
+marker; an object store's endpoint) and the partition time. Only complete partitions are cached;
+missing ones are listed again next time because they may have arrived. Without a success marker a
+cached local partition is assumed immutable — use ``refresh`` (``primus plan --refresh``) when files
+are rewritten in place. On an object store each file also keeps what the store said about it (ETag,
+listing size and modification time): the planner lists a cached partition again and reuses only the
+files the store shows unchanged, so a rewritten object is re-planned.
 
 Next to a partition's files (tier 2) the cache keeps the tasks they were sized into (tier 3) and the
 sizing they were cut with (source name, target and minimum rows, priority). A re-plan with the same
@@ -102,18 +105,21 @@ class PlanCache:
 def encode_files(files: Iterable[FileInfo]) -> str:
     return json.dumps(
         [
-            [f.path, f.size, f.rows, list(f.row_groups)] + ([list(f.event_time)] if f.event_time else [])
+            [f.path, f.size, f.rows, list(f.row_groups), list(f.event_time) if f.event_time else None]
+            + ([f.version, f.stamp] if f.version or f.stamp else [])
             for f in files
         ]
     )
 
 
 def decode_files(encoded: str) -> tuple[FileInfo, ...]:
-    """Files as encoded; a fifth element, the event-time range, is absent in older caches."""
+    """Files as encoded; a fifth element, the event-time range, is absent in older caches, the
+    object's version and listing stamp (sixth and seventh) in caches of local files."""
     out = []
     for p, s, r, g, *rest in json.loads(encoded):
         event_time = tuple(rest[0]) if rest and rest[0] else None
-        out.append(FileInfo(p, s, r, tuple(g), event_time))
+        version, stamp = (rest[1], rest[2]) if len(rest) >= 3 else ("", "")
+        out.append(FileInfo(p, s, r, tuple(g), event_time, version, stamp))
     return tuple(out)
 
 
@@ -127,7 +133,11 @@ def encode_tasks(files: int, tasks: Iterable[Task]) -> str:
                     t.task_id,
                     t.rows,
                     t.bytes,
-                    [[s.path, s.size, s.row_group_start, s.row_group_end, s.rows, s.bytes] for s in t.slices],
+                    [
+                        [s.path, s.size, s.row_group_start, s.row_group_end, s.rows, s.bytes]
+                        + ([s.version] if s.version else [])
+                        for s in t.slices
+                    ],
                 ]
                 for t in tasks
             ],

@@ -23,3 +23,8 @@ class CorruptFileError(RuntimeError):
     def __init__(self, path: str, detail: str) -> None:
         super().__init__(f"cannot read {path}: {detail}")
         self.path = path
+
+
+class FileChangedError(CorruptFileError):
+    """An object was rewritten between planning and reading (its ETag differs from the planned one):
+    the plan's row numbers do not describe it any more, so it is refused rather than half-read."""

@@ -30,6 +30,7 @@ _SLICE = pa.struct(
         ("row_group_end", pa.int32()),
         ("rows", pa.int64()),
         ("bytes", pa.int64()),
+        ("version", pa.string()),
     ]
 )
 TASK_SCHEMA = pa.schema(

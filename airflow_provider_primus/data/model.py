@@ -23,6 +23,12 @@ class FileInfo:
     # "int" for raw integers (their unit is the schema's), "ms" for timestamps and ISO strings. Only a
     # plausibility check reads it, so it takes no part in a file's identity.
     event_time: tuple[str, str, float, float] | None = field(default=None, compare=False)
+    # What an object store says about this version of the object: ``version`` its ETag (or version
+    # id), part of its identity so a rewritten object gets new task IDs and readers can tell it
+    # changed; ``stamp`` the listing's modification time, which a re-plan compares without reading
+    # the footer again. Both empty for local files (their identity stays path and size).
+    version: str = ""
+    stamp: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -51,9 +57,11 @@ class FileSlice:
     row_group_end: int | None = None
     rows: int | None = None
     bytes: int = 0  # this slice's share of the file
+    version: str = ""  # the object's ETag when planned (object stores); a reader refuses another
 
     def identity(self) -> str:
-        return f"{self.path}|{self.size}|{self.row_group_start}|{self.row_group_end}"
+        base = f"{self.path}|{self.size}|{self.row_group_start}|{self.row_group_end}"
+        return f"{base}|{self.version}" if self.version else base
 
 
 @dataclass(frozen=True)

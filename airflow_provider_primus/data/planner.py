@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
@@ -32,11 +32,14 @@ from airflow_provider_primus.data.event_time import check_ranges
 from airflow_provider_primus.data.graph import SourceStats, TaskGraph
 from airflow_provider_primus.data.iopool import Lane
 from airflow_provider_primus.data.model import FileInfo, FilePartition, MissingPartition, Task, task_id
+from airflow_provider_primus.data.objectstore import ResolvedAccess
 from airflow_provider_primus.data.sizing import group_key, tasks_for_partition
 from airflow_provider_primus.data.sources.files import (
     describe_file,
+    is_object_store,
     list_partition_with_policy,
-    open_filesystem,
+    listing_stamp,
+    open_source_filesystem,
     partition_times,
 )
 from airflow_provider_primus.data.sources.kafka import resolve_offsets
@@ -58,6 +61,8 @@ class PlanOptions:
     refresh: bool = False
     # Replace the filesystem resolved from each source's URI (the benchmark's delayed adapter).
     filesystem: Callable[[str], tuple[pafs.FileSystem, str]] | None = None
+    # Airflow connections the operator resolved (id -> key pair, endpoint, region): never stored.
+    credentials: Mapping[str, ResolvedAccess] | None = field(default=None, repr=False)
     progress: Callable[[Progress], None] | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
 
@@ -72,6 +77,8 @@ class _Pending:
     fingerprint: str
     infos: dict[str, FileInfo] = field(default_factory=dict)
     waiting: int = 0
+    # Object stores: the cached partition this listing re-validates (see ``_revalidate``).
+    cached: CachedPartition | None = None
 
 
 _STARTING_WAIT_S = 0.0005
@@ -89,9 +96,27 @@ def _statistics_column(source: Any) -> str | None:
 
 
 def _source_fingerprint(source: Any) -> str:
-    return fingerprint(
-        source.uri, source.path_template, source.format, source.granularity, str(source.success_marker)
-    )
+    parts = [source.uri, source.path_template, source.format, source.granularity, str(source.success_marker)]
+    storage = getattr(source, "storage", None)
+    if storage is not None and storage.endpoint:  # another endpoint holds other objects
+        parts.append(storage.endpoint)
+    return fingerprint(*parts)
+
+
+def _unchanged(cached: tuple[FileInfo, ...], listing: list[pafs.FileInfo]) -> dict[str, FileInfo]:
+    """The cached files the listing shows unchanged (same path, size and modification stamp)."""
+    by_path = {f.path: f for f in cached}
+    out = {}
+    for entry in listing:
+        old = by_path.get(entry.path)
+        if (
+            old is not None
+            and old.stamp
+            and old.size == int(entry.size or 0)
+            and old.stamp == listing_stamp(entry)
+        ):
+            out[entry.path] = old
+    return out
 
 
 def plan(
@@ -186,7 +211,15 @@ def plan(
                 )
                 total += 1
                 continue
-            fs, root = (opts.filesystem or open_filesystem)(source.uri)
+            if opts.filesystem is not None:
+                fs, root = opts.filesystem(source.uri)
+            else:
+                fs, root = open_source_filesystem(source, opts.credentials)
+            # On an object store a cached partition is listed again: the store's word on each object
+            # (size, modification time; the ETag is kept from its footer read) decides whether its
+            # files are reused, so a rewritten object is re-planned. Local partitions are immutable
+            # unless --refresh (a listing per day would undo what incremental planning saves).
+            versioned = is_object_store(source.uri)
             fp = _source_fingerprint(source)
             times = list(partition_times(start, end or start, source.granularity))
             total += len(times)
@@ -194,12 +227,12 @@ def plan(
             if opts.cache is not None and not opts.refresh:
                 cached = opts.cache.get_many(fp, times, sizing[source.name])
             for t in times:
-                if t in cached:
+                if t in cached and not versioned:
                     from_cache.append((source, fp, t, root, cached[t]))
                     continue
                 path = f"{root}/{source.render_path(t)}"
                 lane.submit(
-                    ("list", (_Pending(source, t, path, fp), fs)),
+                    ("list", (_Pending(source, t, path, fp, cached=cached.get(t)), fs)),
                     list_partition_with_policy,
                     fs,
                     path,
@@ -269,11 +302,35 @@ def plan(
                         finish_pending(pending)
                         done += 1
                     else:
-                        pending.waiting = len(result)
-                        fmt = pending.source.format
-                        column = checked.get(pending.source.name)
-                        for entry in result:
-                            lane.submit(("footer", (pending, entry)), describe_file, fs, entry, fmt, column)
+                        src = pending.source
+                        versioned = is_object_store(src.uri)
+                        before = () if pending.cached is None else decode_files(pending.cached.files)
+                        reuse = _unchanged(before, result)
+                        if pending.cached is not None and len(reuse) == len(result) == len(before):
+                            # The store shows every cached object unchanged: the cached tasks stand.
+                            root = pending.path[: -len(src.render_path(pending.time)) - 1]
+                            finish_cached(src, pending.fingerprint, pending.time, root, pending.cached)
+                            done += 1
+                            report()
+                            continue
+                        pending.infos.update(reuse)
+                        todo = [entry for entry in result if entry.path not in reuse]
+                        pending.waiting = len(todo)
+                        if not todo:
+                            finish_pending(pending)
+                            done += 1
+                        column = checked.get(src.name)
+                        for entry in todo:
+                            lane.submit(
+                                ("footer", (pending, entry)),
+                                describe_file,
+                                fs,
+                                entry,
+                                src.format,
+                                column,
+                                versioned=versioned,
+                                source=src.name,
+                            )
                 report()
         except BaseException:
             opts.cancel.set()  # wakes partitions waiting under policy 'wait'

@@ -29,8 +29,9 @@ import pyarrow.fs as pafs
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from airflow_provider_primus.data.errors import CorruptFileError
+from airflow_provider_primus.data.errors import CorruptFileError, FileChangedError
 from airflow_provider_primus.data.model import FileSlice, Task
+from airflow_provider_primus.data.objectstore import ObjectStoreError, named_failure, object_version
 from airflow_provider_primus.data.transforms import SchemaMismatchError
 
 __all__ = ["FORMATS", "read_task", "task_row_count"]
@@ -143,10 +144,20 @@ def _task_pieces(
         hi = None if end_row is None else end_row - pos
         if fmt == "parquet":
             rows = yield from _parquet_slice(
-                fs, path, piece, columns=columns, lo=lo, hi=hi, batch_rows=batch_rows, threads=decode_threads
+                fs,
+                path,
+                piece,
+                columns=columns,
+                lo=lo,
+                hi=hi,
+                batch_rows=batch_rows,
+                threads=decode_threads,
+                source=task.source,
             )
         else:
-            rows = yield from _text_slice(fs, path, fmt=fmt, columns=columns, lo=lo, hi=hi)
+            rows = yield from _text_slice(
+                fs, path, piece, fmt=fmt, columns=columns, lo=lo, hi=hi, source=task.source
+            )
         pos += rows
 
 
@@ -233,6 +244,31 @@ def _require_columns(schema: pa.Schema, columns: list[str], path: str) -> None:
             raise SchemaMismatchError(path, column, f"is not in the file (found: {found})")
 
 
+def _open_planned(fs: pafs.FileSystem, path: str, piece: FileSlice, source: str) -> pa.NativeFile:
+    """Open the slice's file; on an object store (the slice carries the ETag it was planned with)
+    refuse an object rewritten since the plan: its row numbers no longer mean the planned rows.
+
+    Opening sends one HEAD; the reads after it are ranged GETs of the footer and the chunks needed.
+    """
+    if not piece.version:
+        return fs.open_input_file(path)
+    try:
+        handle = fs.open_input_file(path)
+    except ObjectStoreError:
+        raise
+    except OSError as exc:  # deleted since the plan, refused, unreachable after retries
+        raise named_failure(f"source {source!r}", "reading", path, exc) from exc
+    found = object_version(handle)
+    if found and found != piece.version:
+        handle.close()
+        raise FileChangedError(
+            path,
+            f"source {source!r}: the object was rewritten after it was planned (ETag {piece.version} "
+            f"planned, {found} now); re-plan the window",
+        )
+    return handle
+
+
 def _parquet_slice(
     fs: pafs.FileSystem,
     path: str,
@@ -243,8 +279,9 @@ def _parquet_slice(
     hi: int | None,
     batch_rows: int,
     threads: bool,
+    source: str,
 ) -> _Pieces:
-    with fs.open_input_file(path) as handle:
+    with _open_planned(fs, path, piece, source) as handle:
         pf = _open_parquet(handle, path, remote=not isinstance(fs, pafs.LocalFileSystem))
         _require_columns(pf.schema_arrow, columns, path)
         sizes = _row_group_rows(pf, piece, path)
@@ -332,8 +369,18 @@ def _csv_header(fs: pafs.FileSystem, path: str) -> list[str]:
 
 
 def _text_slice(
-    fs: pafs.FileSystem, path: str, *, fmt: str, columns: list[str], lo: int, hi: int | None
+    fs: pafs.FileSystem,
+    path: str,
+    piece: FileSlice,
+    *,
+    fmt: str,
+    columns: list[str],
+    lo: int,
+    hi: int | None,
+    source: str,
 ) -> _Pieces:
+    if piece.version:  # a text file is read whole anyway; the HEAD only checks it is the planned one
+        _open_planned(fs, path, piece, source).close()
     table = _read_text(fs, path, fmt, columns)
     total: int = table.num_rows
     end = total if hi is None else min(hi, total)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from airflow_provider_primus.data.model import MissingPartition
-from airflow_provider_primus.data.sources.files import list_partition, open_filesystem, partition_times
+from airflow_provider_primus.data.sources.files import list_partition, open_source_filesystem, partition_times
 from airflow_provider_primus.spec.errors import SpecError
 from airflow_provider_primus.spec.loader import load_data_spec
 from airflow_provider_primus.spec.sources import FileSource
@@ -139,7 +139,7 @@ def check_partitions(
     if end <= start:
         raise ReadinessError(f"end ({end.isoformat()}) must be after start ({start.isoformat()})")
     try:
-        fs, root = (filesystem or open_filesystem)(source.uri)
+        fs, root = filesystem(source.uri) if filesystem is not None else open_source_filesystem(source)
     except (OSError, ValueError) as exc:  # pyarrow: unknown scheme, bad URI (ArrowInvalid is a ValueError)
         raise ReadinessError(f"source {source.name!r}: cannot open {source.uri}: {exc}") from None
     partitions = [

@@ -22,7 +22,7 @@ from airflow_provider_primus.data.event_time import EventTimeFinding, check_valu
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import plan
 from airflow_provider_primus.data.reader import read_task
-from airflow_provider_primus.data.sources.files import open_filesystem
+from airflow_provider_primus.data.sources.files import open_source_filesystem
 from airflow_provider_primus.data.transforms import BatchTransformer
 from airflow_provider_primus.spec.data import PrimusData
 from airflow_provider_primus.spec.sources import FileSource, KafkaSource
@@ -92,7 +92,7 @@ def _check_tasks(source: FileSource, tasks: list[Task], rows: int) -> EventTimeF
         return None
     chosen = _spread(tasks, SAMPLE_TASKS)
     per_task = max(1, math.ceil(rows / len(chosen)))
-    fs, _ = open_filesystem(source.uri)
+    fs, _ = open_source_filesystem(source)
     transformer = BatchTransformer(source.schema_)
     values: list[pa.Array] = []
     for task in chosen:

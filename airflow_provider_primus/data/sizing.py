@@ -32,12 +32,12 @@ def _split_row_groups(info: FileInfo, target_rows: int) -> Iterator[FileSlice]:
     for i, rows in enumerate(info.row_groups):
         acc += rows
         if acc >= target_rows or i == len(info.row_groups) - 1:
-            yield FileSlice(info.path, info.size, start, i + 1, acc, info.size * acc // total)
+            yield FileSlice(info.path, info.size, start, i + 1, acc, info.size * acc // total, info.version)
             start, acc = i + 1, 0
 
 
 def whole(info: FileInfo) -> FileSlice:
-    return FileSlice(info.path, info.size, rows=info.rows, bytes=info.size)
+    return FileSlice(info.path, info.size, rows=info.rows, bytes=info.size, version=info.version)
 
 
 def _make_task(

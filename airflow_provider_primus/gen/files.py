@@ -7,17 +7,19 @@ contracts, not with what the world generates.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import yaml
 
 from airflow_provider_primus.gen.clicklog import World, generate_day
 
-__all__ = ["DEFAULT_BOOTSTRAP", "hash_buckets", "write_data_spec", "write_history"]
+__all__ = ["DEFAULT_BOOTSTRAP", "hash_buckets", "write_data_spec", "write_history", "write_history_to"]
 
 # A spec needs a Kafka address even when no stream is produced yet; this is the embedded broker's
 # usual one, to be edited (or the stream produced) before the spec is used.
@@ -77,13 +79,43 @@ def _schema_section(world: World) -> dict[str, Any]:
     }
 
 
+def write_history_to(world: World, fs: pafs.FileSystem, root: str) -> list[str]:
+    """The same layout on any pyarrow filesystem (an object store: ``root`` is ``bucket/prefix``).
+
+    Each object is one PUT (or a multipart upload), visible only when complete; the marker is
+    deleted first and written last, so a reader that trusts markers never sees a partial day.
+    """
+    paths = []
+    for day in range(world.history_days):
+        folder = f"{root.rstrip('/')}/history/{world.day_start(day).date().isoformat()}"
+        marker = f"{folder}/_SUCCESS"
+        with contextlib.suppress(FileNotFoundError):
+            fs.delete_file(marker)
+        path = f"{folder}/part-0.parquet"
+        with fs.open_output_stream(path) as out:
+            pq.write_table(generate_day(world, day), out, write_page_checksum=True)
+        with fs.open_output_stream(marker):
+            pass
+        paths.append(path)
+    return paths
+
+
 def _utc_text(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def write_data_spec(world: World, root: Path, *, bootstrap_servers: str, topic: str) -> Path:
+def write_data_spec(
+    world: World,
+    root: Path,
+    *,
+    bootstrap_servers: str,
+    topic: str,
+    history_uri: str | None = None,
+    storage: dict[str, Any] | None = None,
+) -> Path:
     """Write ``root/primus-data.yaml`` for this world's history and stream; validated before writing
-    so a bad topic or address fails here, not in the first job that reads it."""
+    so a bad topic or address fails here, not in the first job that reads it. ``history_uri`` (and
+    its ``storage`` section) when the history went to an object store."""
     from airflow_provider_primus.spec import validate_data_spec
 
     root = Path(root)
@@ -102,7 +134,8 @@ def write_data_spec(world: World, root: Path, *, bootstrap_servers: str, topic: 
                     "name": "history",
                     "type": "files",
                     "format": "parquet",
-                    "uri": (root.resolve() / "history").as_uri(),
+                    "uri": history_uri or (root.resolve() / "history").as_uri(),
+                    **({"storage": storage} if storage else {}),
                     "path_template": "{date}",
                     "granularity": "day",
                     "success_marker": "_SUCCESS",

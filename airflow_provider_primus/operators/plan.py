@@ -63,6 +63,7 @@ class PrimusPlanDataOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow_provider_primus.data.cache import PlanCache
         from airflow_provider_primus.data.planner import PlanOptions, plan
+        from airflow_provider_primus.hooks.storage import connection_ids, resolve_connections
         from airflow_provider_primus.spec import load_data_spec
         from airflow_provider_primus.spec.data import Window
 
@@ -70,9 +71,12 @@ class PrimusPlanDataOperator(BaseOperator):
         window = Window.model_validate({"start": self.start, "end": self.end})
         root = Path(self.cache_dir).expanduser() if self.cache_dir else primus_home()
         root.mkdir(parents=True, exist_ok=True)
+        # Object-store sources may name Airflow connections: resolved here, handed to the planner in
+        # memory only (never into the graph, XCom or the log).
+        credentials = resolve_connections(connection_ids(spec))
         cache = PlanCache(root / "plan-cache.sqlite")
         try:
-            options = PlanOptions(workers=self.workers, cache=cache)
+            options = PlanOptions(workers=self.workers, cache=cache, credentials=credentials)
             graph = plan(spec, window.start, window.end, options)
         finally:
             cache.close()

@@ -16,6 +16,7 @@ from pydantic import Field, Strict, field_validator, model_validator
 from airflow_provider_primus.spec.base import NonEmptyStr, SourceName, StrictModel, UtcDatetime, as_utc
 from airflow_provider_primus.spec.errors import raise_issues, suggest
 from airflow_provider_primus.spec.schema import SourceSchema
+from airflow_provider_primus.spec.storage import ObjectStorage, storage_issues
 
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _HOST_PORT = re.compile(r"(?:\[(?P<ipv6>[0-9a-fA-F:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>[0-9]{1,5})")
@@ -103,6 +104,9 @@ class FileSource(StrictModel):
     granularity: Literal["day", "hour"]
     success_marker: NonEmptyStr | None = None
     missing: MissingPolicy = Field(default_factory=MissingPolicy)
+    # How to reach an s3:// uri (endpoint, region, addressing, where the credentials come from);
+    # without it an s3:// uri is AWS with the standard environment variables.
+    storage: ObjectStorage | None = None
     schema_: SourceSchema = Field(alias="schema")
 
     @field_validator("path_template")
@@ -112,6 +116,13 @@ class FileSource(StrictModel):
         if problems:
             raise_issues([((), p) for p in problems])
         return value
+
+    @model_validator(mode="after")
+    def _storage_fits_uri(self) -> FileSource:
+        problems = storage_issues(self.uri, self.storage)
+        if problems:
+            raise_issues([(("storage" if self.storage is not None else "uri",), p) for p in problems])
+        return self
 
     @model_validator(mode="after")
     def _template_matches_granularity(self) -> FileSource:

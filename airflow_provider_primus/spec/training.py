@@ -32,6 +32,7 @@ from airflow_provider_primus.spec.errors import (
     suggest,
 )
 from airflow_provider_primus.spec.sources import KafkaSource
+from airflow_provider_primus.spec.storage import ObjectStorage, storage_issues
 
 Mode = Literal["batch", "stream", "mixed"]
 Share = Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]
@@ -148,21 +149,39 @@ class Mixing(StrictModel):
     replay: Replay = Field(default_factory=Replay)
 
 
+def _check_storage(location: str | None, storage: ObjectStorage | None) -> None:
+    problems = storage_issues(location or ".", storage)
+    if problems:
+        raise_issues([(("storage" if storage is not None else "dir",), p) for p in problems])
+
+
 class Checkpoint(StrictModel):
     """Checkpoints are written every ``every_steps`` steps or ``every_s`` seconds, whichever comes
     first (0 turns a trigger off); Kafka offsets are committed only after one is durable."""
 
-    dir: NonEmptyStr | None = None
+    dir: NonEmptyStr | None = None  # a local directory or s3://bucket/prefix
     every_steps: NonNegativeInt = 500
     every_s: NonNegativeFloat = 60.0
     keep: PositiveInt = 3
+    storage: ObjectStorage | None = None  # how to reach an s3:// dir (as a files source's)
+
+    @model_validator(mode="after")
+    def _storage_fits_dir(self) -> Checkpoint:
+        _check_storage(self.dir, self.storage)
+        return self
 
 
 class Publish(StrictModel):
-    dir: NonEmptyStr | None = None
+    dir: NonEmptyStr | None = None  # a local directory or s3://bucket/prefix
     every_steps: NonNegativeInt = 0
     every_s: NonNegativeFloat = 600.0
     keep: PositiveInt = 5
+    storage: ObjectStorage | None = None
+
+    @model_validator(mode="after")
+    def _storage_fits_dir(self) -> Publish:
+        _check_storage(self.dir, self.storage)
+        return self
 
 
 class Evaluation(StrictModel):

@@ -20,7 +20,7 @@ import numpy as np
 
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.reader import READ_ROWS, read_task
-from airflow_provider_primus.data.sources.files import open_filesystem
+from airflow_provider_primus.data.sources.files import open_source_filesystem
 from airflow_provider_primus.data.tensors import TensorBatch, concat_batches, to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer
 from airflow_provider_primus.spec.sources import FileSource
@@ -115,7 +115,7 @@ class ReplayFeed:
 
     def _load(self, task: Task) -> None:
         sparse, dense, passthrough = self.columns
-        fs, _ = open_filesystem(self.source.uri)
+        fs, _ = open_source_filesystem(self.source)
         parts = []
         for batch in read_task(
             task,

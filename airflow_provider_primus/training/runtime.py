@@ -40,7 +40,6 @@ from airflow_provider_primus.spec.training import (
     stream_source,
     table_sizes,
 )
-from airflow_provider_primus.training.checkpoint import CheckpointStore
 from airflow_provider_primus.training.clock import ClockSwitch, TrainingClock
 from airflow_provider_primus.training.control import LocalStep, StepControl
 from airflow_provider_primus.training.distributed import Group
@@ -51,8 +50,8 @@ from airflow_provider_primus.training.holdout import evaluate_holdout
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
 from airflow_provider_primus.training.mixer import MixPolicy, policy_for
 from airflow_provider_primus.training.model import DLRM, device_for
+from airflow_provider_primus.training.object_checkpoints import checkpoint_store_for, publisher_for
 from airflow_provider_primus.training.optim import Optimizers
-from airflow_provider_primus.training.publish import Publisher
 from airflow_provider_primus.training.replay import is_replay
 from airflow_provider_primus.training.reporter import JobReporter
 from airflow_provider_primus.training.savepoints import Savepoints
@@ -150,10 +149,12 @@ class Trainer:
         )
         self.workdir = options.workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
-        ckpt_dir = Path(spec.checkpoint.dir) if spec.checkpoint.dir else self.workdir / "checkpoints"
-        self.checkpoints = CheckpointStore(ckpt_dir, keep=spec.checkpoint.keep)
-        self.publisher = Publisher(
-            Path(spec.publish.dir) if spec.publish.dir else self.workdir / "model", keep=spec.publish.keep
+        # A local directory, or s3://… (manifest-committed objects: training/object_checkpoints.py).
+        self.checkpoints = checkpoint_store_for(
+            spec.checkpoint.dir or self.workdir / "checkpoints", spec.checkpoint.keep, spec.checkpoint.storage
+        )
+        self.publisher = publisher_for(
+            spec.publish.dir or self.workdir / "model", spec.publish.keep, spec.publish.storage
         )
         self.stream_src = stream_source(training, data)
         self.scores = ScoreLog()
@@ -263,6 +264,8 @@ class Trainer:
         if stream is not None:
             stream.source.commit(feeds[stream.name]["offsets"])
         self.savepoints.covered(self.checkpoints.path_for(self.step).name, self.step)
+        if self.reporter is not None:  # the job's checkpoint age (metrics) comes from this
+            self.reporter.extra["checkpoint"] = {"step": self.step, "time": round(time.time(), 3)}
 
     def _publish(self) -> None:
         if not self.group.leader:

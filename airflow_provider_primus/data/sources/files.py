@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,8 +17,23 @@ import pyarrow.parquet as pq
 
 from airflow_provider_primus.data.errors import CorruptFileError, MissingPartitionError, PlanCancelled
 from airflow_provider_primus.data.model import FileInfo, MissingPartition
+from airflow_provider_primus.data.objectstore import (
+    ObjectStoreError,
+    ResolvedAccess,
+    named_failure,
+    object_version,
+    open_object_store,
+)
+from airflow_provider_primus.spec.storage import OBJECT_STORE_SCHEMES, ObjectStorage, uri_scheme
 
-__all__ = ["CorruptFileError", "MissingPartitionError", "describe_file", "list_partition_with_policy"]
+__all__ = [
+    "CorruptFileError",
+    "MissingPartitionError",
+    "describe_file",
+    "list_partition_with_policy",
+    "open_filesystem",
+    "open_source_filesystem",
+]
 
 EXTENSIONS = {
     "parquet": (".parquet", ".pq", ".parq"),
@@ -27,12 +42,39 @@ EXTENSIONS = {
 }
 
 
-def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """Any pyarrow filesystem URI (file://, s3://, gs://, hdfs://, ...) or a plain local path."""
+def open_filesystem(
+    uri: str,
+    storage: ObjectStorage | None = None,
+    *,
+    owner: str | None = None,
+    resolved: Mapping[str, ResolvedAccess] | None = None,
+) -> tuple[pafs.FileSystem, str]:
+    """Any pyarrow filesystem URI (file://, s3://, gs://, hdfs://, ...) or a plain local path.
+
+    ``s3://`` goes through ``data/objectstore.py`` with the contract's ``storage`` settings (endpoint,
+    addressing, region, credentials; ``resolved``: Airflow connections the operator looked up);
+    ``owner`` is what its errors name ("source 'clicks'").
+    """
+    if uri_scheme(uri) == "s3":
+        return open_object_store(uri, storage, owner=owner or repr(uri), resolved=resolved)
     if "://" in uri:
         fs, root = pafs.FileSystem.from_uri(uri)
         return fs, root.rstrip("/")
     return pafs.LocalFileSystem(), os.path.abspath(uri)
+
+
+def open_source_filesystem(
+    source: Any, resolved: Mapping[str, ResolvedAccess] | None = None
+) -> tuple[pafs.FileSystem, str]:
+    """A files source's filesystem and root, its errors naming the source."""
+    return open_filesystem(
+        source.uri, getattr(source, "storage", None), owner=f"source {source.name!r}", resolved=resolved
+    )
+
+
+def is_object_store(uri: str) -> bool:
+    """Whether the store's own word (ETag, modification time) identifies an object's version."""
+    return uri_scheme(uri) in OBJECT_STORE_SCHEMES
 
 
 def partition_times(start: datetime, end: datetime, granularity: str) -> Iterator[datetime]:
@@ -96,7 +138,12 @@ def list_partition_with_policy(
     deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
     poll = min(30.0, max(0.5, timeout_s / 20)) if timeout_s is not None else 10.0
     while True:
-        found = list_partition(fs, directory, fmt=fmt, success_marker=success_marker)
+        try:
+            found = list_partition(fs, directory, fmt=fmt, success_marker=success_marker)
+        except ObjectStoreError:
+            raise
+        except OSError as exc:  # refused, unreachable after the client's retries, no such bucket
+            raise named_failure(f"source {source!r}", "listing", directory, exc) from exc
         if not isinstance(found, str):
             return found
         missing = MissingPartition(source, time_key, directory, found)
@@ -116,22 +163,54 @@ def list_partition_with_policy(
             time.sleep(min(poll, remaining))
 
 
+def listing_stamp(entry: pafs.FileInfo) -> str:
+    """What a listing says about an object's version: its modification time (the ETag is not in
+    pyarrow's listings); a re-plan compares it, with the size, to what the cache holds."""
+    return str(entry.mtime_ns) if entry.mtime_ns is not None else ""
+
+
 def describe_file(
-    fs: pafs.FileSystem, entry: pafs.FileInfo, fmt: str, event_time: str | None = None
+    fs: pafs.FileSystem,
+    entry: pafs.FileInfo,
+    fmt: str,
+    event_time: str | None = None,
+    *,
+    versioned: bool = False,
+    source: str | None = None,
 ) -> FileInfo:
     """Size from the listing; rows and row groups from the Parquet footer (one open + tail reads);
     with ``event_time``, that column's range from the footer's statistics, when every row group has
-    them (they cost nothing more to read: the footer is in memory)."""
+    them (they cost nothing more to read: the footer is in memory).
+
+    ``versioned`` (object stores): the object's ETag from the HEAD that opening it sends, and the
+    listing's stamp. The footer is read with ranged GETs of the object's tail, never the object.
+    """
+    stamp = listing_stamp(entry) if versioned else ""
     if fmt != "parquet":
-        return FileInfo(entry.path, int(entry.size or 0))
+        if not versioned:
+            return FileInfo(entry.path, int(entry.size or 0))
+        try:
+            with fs.open_input_file(entry.path) as handle:  # a HEAD, no body
+                version = object_version(handle)
+        except OSError as exc:
+            raise named_failure(f"source {source!r}", "reading", entry.path, exc) from exc
+        return FileInfo(entry.path, int(entry.size or 0), version=version, stamp=stamp)
+    version = ""
     try:
-        with fs.open_input_file(entry.path) as handle:
+        handle = fs.open_input_file(entry.path)
+    except OSError as exc:
+        if versioned:  # not the object's fault: refused, unreachable, deleted since the listing
+            raise named_failure(f"source {source!r}", "reading the footer of", entry.path, exc) from exc
+        raise CorruptFileError(entry.path, f"unreadable Parquet footer: {exc}") from exc
+    try:
+        with handle:
+            version = object_version(handle) if versioned else ""
             meta = pq.ParquetFile(handle).metadata
     except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for corrupt or truncated footers
         raise CorruptFileError(entry.path, f"unreadable Parquet footer: {exc}") from exc
     groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
     span = _event_time_range(meta, event_time) if event_time is not None else None
-    return FileInfo(entry.path, int(entry.size or 0), int(meta.num_rows), groups, span)
+    return FileInfo(entry.path, int(entry.size or 0), int(meta.num_rows), groups, span, version, stamp)
 
 
 def _event_time_range(meta: pq.FileMetaData, column: str) -> tuple[str, str, float, float] | None:

@@ -11,9 +11,11 @@ test:
 bootstrap:
 	bash scripts/bootstrap.sh
 
-# Re-pin the dependency set after changing pyproject.toml's dependencies.
+# Re-pin the dependency set after changing pyproject.toml's dependencies: runtime pins in
+# constraints.txt (what a deployment installs with), development tools in constraints-dev.txt.
 constraints:
-	.venv/bin/python -m pip freeze --exclude-editable | grep -v '^airflow-provider-primus' > constraints.txt
+	.venv/bin/python -m pip install --quiet --no-deps -e .
+	.venv/bin/python scripts/constraints.py
 
 # Regenerate docs/airflow.md's parameter reference from the operators', sensors', triggers' and hook's
 # :param lines (tests/test_docs_params.py fails while it is stale).

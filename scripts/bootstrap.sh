@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a clone: a virtualenv in .venv, the package with its dev extra (pinned by
-# constraints.txt), and the Kafka broker's jars in the shared cache. A second run only checks a stamp
-# and the jar manifest, so it takes a second or two.
+# constraints.txt and constraints-dev.txt), and the Kafka broker's jars in the shared cache. A second
+# run only checks a stamp and the jar manifest, so it takes a second or two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,11 +24,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 stamp=.venv/.primus-install-stamp
-want=$(cat pyproject.toml setup.cfg constraints.txt | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml setup.cfg constraints.txt constraints-dev.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   echo "bootstrap: installing the package and its dependencies (first run downloads torch, ~3 GB)"
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+  .venv/bin/python -m pip install --quiet -c constraints.txt -c constraints-dev.txt -e ".[dev]"
   echo "$want" > "$stamp"
 fi
 

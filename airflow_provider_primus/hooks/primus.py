@@ -76,6 +76,23 @@ def provider_setting(key: str) -> str | None:
     return str(value) if value else None
 
 
+def storage_environment(stored_job: Mapping[str, Any]) -> dict[str, str]:
+    """The environment carrying the ``aws`` connections the job's data document names, resolved
+    here (where Airflow is) for processes that cannot ask Airflow (``hooks/storage.py``)."""
+    from airflow_provider_primus.hooks.storage import (
+        connection_environment,
+        connection_ids,
+        resolve_connections,
+    )
+    from airflow_provider_primus.spec.loader import load_data_spec
+
+    data_path = (stored_job.get("spec") or {}).get("data")
+    if not data_path:
+        return {}
+    ids = connection_ids(load_data_spec(Path(data_path)))
+    return connection_environment(resolve_connections(ids)) if ids else {}
+
+
 class PrimusHook(BaseHook):
     """Jobs of one ``primus`` connection: submit, find, watch and control them.
 
@@ -261,15 +278,17 @@ class PrimusHook(BaseHook):
         return record
 
     def start_master(self, name: str) -> int:
-        """Local: a background process (its pid). Kubernetes: the job's master driver pod (owned by the
-        job; 0).
+        """Local: a background process (its pid), with the object-store credentials of the Airflow
+        connections its data document names in its environment (its executors inherit them).
+        Kubernetes: the job's master driver pod (owned by the job; 0).
 
         :param name: the job's name.
         """
         if self.kubernetes:
             self.start_master_pod(name)
             return 0
-        return start_master(name, store_path=getattr(self.store, "path", None), home=self.home)
+        env = storage_environment(self.store.get(name).spec)
+        return start_master(name, store_path=getattr(self.store, "path", None), home=self.home, env=env)
 
     def start_master_pod(self, name: str, image: str | None = None) -> dict[str, Any]:
         """Kubernetes: create the job's master driver pod (owned by the PrimusJob); an existing one is

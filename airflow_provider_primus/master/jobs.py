@@ -192,16 +192,19 @@ def start_master(
     store_path: Path | None = None,
     home: Path | None = None,
     extra_args: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> int:
     """Start the job's master in the background (its own session, outliving this process).
-    ``extra_args`` select another store (``--namespace``/``--kubeconfig``: a Kubernetes job)."""
+    ``extra_args`` select another store (``--namespace``/``--kubeconfig``: a Kubernetes job);
+    ``env`` is added to its environment, which the local backend's executors inherit (object-store
+    credentials a DAG's connections resolved: never on a command line)."""
     paths = job_paths(name, home)
     paths.root.mkdir(parents=True, exist_ok=True)
     command = primus_command("master", name)
     if store_path is not None:
         command += ["--store", str(store_path)]
     command += extra_args or []
-    env = dict(os.environ, PRIMUS_HOME=str(home)) if home is not None else None
+    env = {**os.environ, **(env or {}), **({"PRIMUS_HOME": str(home)} if home is not None else {})}
     with open(paths.master_log, "ab") as log:
         proc = subprocess.Popen(
             command,

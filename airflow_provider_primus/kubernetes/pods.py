@@ -51,6 +51,7 @@ from airflow_provider_primus.kubernetes.manifests import (
 )
 from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
 from airflow_provider_primus.resources.own_usage import OWN_CGROUP_ENV
+from airflow_provider_primus.spec.data import PrimusData
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,9 @@ class PodTemplate:
     service_account: str | None = None
     python: str = "python"
     bind_host: str = "0.0.0.0"
+    # Object-store key pairs the data document takes from Secrets: env entries with secretKeyRef,
+    # so a key reaches the executor's environment without passing through the master or the API.
+    secret_env: list[dict[str, Any]] = field(default_factory=list)
 
 
 class KubernetesBackend:
@@ -162,6 +166,7 @@ class KubernetesBackend:
         )
         # A container is its own cgroup: the executor measures its use there and pushes it.
         variables.append({"name": OWN_CGROUP_ENV, "value": "1"})
+        variables.extend(self.t.secret_env)
         container: dict[str, Any] = {
             "name": CONTAINER,
             "image": self.t.image,
@@ -368,3 +373,21 @@ def _termination(pod: Mapping[str, Any]) -> tuple[int | None, str]:
                 reason = "memory limit: OOMKilled"
             return (int(code) if code is not None else None), reason
     return None, "exited"
+
+
+def storage_secret_env(data: PrimusData) -> list[dict[str, Any]]:
+    """The ``secretKeyRef`` env entries for every Secret the data document's sources name for their
+    object-store credentials (``storage.credentials.secret``), once per variable."""
+    entries: dict[str, dict[str, Any]] = {}
+    for source in data.spec.sources:
+        storage = getattr(source, "storage", None)
+        secret = storage.credentials.secret if storage and storage.credentials else None
+        if secret is None:
+            continue
+        names = secret.env_names()
+        keys = (secret.access_key_id_key, secret.secret_access_key_key, secret.session_token_key)
+        for name, key in zip(names, keys, strict=True):
+            if key is not None:
+                ref = {"name": secret.name, "key": key}
+                entries[name] = {"name": name, "valueFrom": {"secretKeyRef": ref}}
+    return list(entries.values())

@@ -22,7 +22,7 @@ from airflow_provider_primus.kubernetes.manifests import (
     master_pod,
     owner_reference,
 )
-from airflow_provider_primus.kubernetes.pods import KubernetesBackend, PodTemplate
+from airflow_provider_primus.kubernetes.pods import KubernetesBackend, PodTemplate, storage_secret_env
 from airflow_provider_primus.kubernetes.store import KubeJobStore
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ def backend_factory(api: KubeApi, store: KubeJobStore) -> Callable[[Master], Kub
             owner=owner_reference(store.raw(master.name)),
             documents=job_documents(stored),
             service_account=kube.executor_service_account if kube else None,
+            secret_env=storage_secret_env(master.data),
         )
         return KubernetesBackend(
             api,

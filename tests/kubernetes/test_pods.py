@@ -219,3 +219,32 @@ def test_exits_terminations_and_orphans_are_observed(
     b.observe([failing])
     assert b.informer.wait_for(lambda objs: "j-data-2-0" not in objs, timeout_s=30)
     assert ("OrphanDeleted", "data-2") in [(t, e) for t, e, _ in recorder.events]
+
+
+def test_object_store_secrets_reach_executor_pods_by_secret_key_ref() -> None:
+    from airflow_provider_primus.kubernetes.pods import storage_secret_env
+    from airflow_provider_primus.spec import load_data_spec
+
+    source = {
+        "name": "history",
+        "type": "files",
+        "format": "parquet",
+        "uri": "s3://lake/clicks",
+        "path_template": "{date}",
+        "granularity": "day",
+        "storage": {"endpoint": "http://minio:9000", "credentials": {"secret": {"name": "lake-keys"}}},
+        "schema": {"sparse": ["user_id"], "dense": ["price"], "label": {"column": "clicked"}},
+    }
+    data = load_data_spec(
+        {
+            "apiVersion": "primus.dev/v1alpha1",
+            "kind": "PrimusData",
+            "metadata": {"name": "d"},
+            "spec": {"sources": [source]},
+        }
+    )
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in storage_secret_env(data)}
+    assert env == {
+        "PRIMUS_S3_SECRET_LAKE_KEYS_ACCESS_KEY_ID": {"name": "lake-keys", "key": "access_key_id"},
+        "PRIMUS_S3_SECRET_LAKE_KEYS_SECRET_ACCESS_KEY": {"name": "lake-keys", "key": "secret_access_key"},
+    }

@@ -97,10 +97,17 @@ def rbac(namespace: str) -> list[dict[str, Any]]:
 
 
 def master_pod(
-    job: str, namespace: str, image: str, documents: list[str], owner: dict[str, Any] | None = None
+    job: str,
+    namespace: str,
+    image: str,
+    documents: list[str],
+    owner: dict[str, Any] | None = None,
+    *,
+    env: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The job's master as a driver pod: its ServiceAccount, the documents at their paths, the control
-    API and dispatcher on the pod's IP (executors dial the advertised address)."""
+    API and dispatcher on the pod's IP (executors dial the advertised address). ``env``: more entries
+    (the object-store Secrets the master's planner reads through, by ``secretKeyRef``)."""
     meta: dict[str, Any] = {
         "name": f"{job}-master",
         "namespace": namespace,
@@ -127,6 +134,7 @@ def master_pod(
                             "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                         },
                         {"name": "PRIMUS_HOME", "value": "/var/lib/primus"},
+                        *(env or []),
                     ],
                     "resources": {
                         "requests": {"cpu": "500m", "memory": "1Gi"},

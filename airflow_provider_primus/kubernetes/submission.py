@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from airflow_provider_primus.credentials import token_from_secret, token_secret_name
 from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resource_path
 from airflow_provider_primus.kubernetes.manifests import (
@@ -24,6 +26,7 @@ from airflow_provider_primus.kubernetes.manifests import (
 )
 from airflow_provider_primus.kubernetes.pods import KubernetesBackend, PodTemplate, storage_secret_env
 from airflow_provider_primus.kubernetes.store import KubeJobStore
+from airflow_provider_primus.spec.data import validate_data_spec
 
 if TYPE_CHECKING:
     from airflow_provider_primus.master.master import Master
@@ -39,12 +42,15 @@ def start_master_pod(store: KubeJobStore, name: str, image: str | None = None) -
     The image: ``image``, else the job's ``backend.kubernetes.image``, else this version's."""
     record = store.get(name)
     kube = record.spec["spec"].get("backend", {}).get("kubernetes") or {}
+    documents = job_documents(record.spec)
+    data = validate_data_spec(yaml.safe_load(documents[record.spec["spec"]["data"]]))
     pod = master_pod(
         name,
         store.namespace,
         image or kube.get("image") or DEFAULT_IMAGE,
-        list(job_documents(record.spec)),
+        list(documents),
         owner_reference(store.raw(name)),
+        env=storage_secret_env(data),  # the master plans the data: it reads the store too
     )
     try:
         created: dict[str, Any] = store.api.create(resource_path("v1", "pods", store.namespace), pod)

@@ -13,6 +13,13 @@ if { ! command -v containerd >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&
   pkgs="containerd runc containernetworking-plugins"
   apt-get install -y -q $pkgs >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $pkgs >/dev/null; }
 fi
+# buildah and debootstrap build the project's own images (docker/Dockerfile) for the real-node tests.
+if { ! command -v buildah >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; } \
+  && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "test: installing buildah and debootstrap (apt) to build the project's images"
+  pkgs="buildah debootstrap"
+  apt-get install -y -q --no-install-recommends $pkgs >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends $pkgs >/dev/null; }
+fi
 # The Kubernetes control plane (kube-apiserver, kube-scheduler, etcd, kwok) for the kube tests: built
 # from source with Go once into ~/.cache/airflow-provider-primus (minutes), a stamp check afterwards.
 # Only the tests need it, so the demo's bootstrap does not build it.
@@ -28,6 +35,13 @@ ensure_seaweedfs()'
 else
   echo "test: warning: no go on PATH; the Kubernetes control plane and the S3 server are not built and their tests skip (install Go >= 1.25)" >&2
 fi
+# The project's images (data and trainer) as OCI archives in ~/.cache/airflow-provider-primus, keyed by a
+# hash of what goes into them: minutes the first time (the trainer installs torch), a hash check after.
+.venv/bin/python -c 'import logging, sys; logging.basicConfig(level=logging.INFO, format="test: %(message)s")
+from airflow_provider_primus.embedded.kube.project_image import builder_missing, ensure_project_images
+missing = builder_missing()
+if missing: print("test: the project images are not built; their tests skip. Missing: " + "; ".join(missing), file=sys.stderr)
+else: ensure_project_images()'
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

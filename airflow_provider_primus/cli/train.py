@@ -86,6 +86,16 @@ def run(args: argparse.Namespace) -> int:
     from airflow_provider_primus.spec import SpecError, load_data_spec
     from airflow_provider_primus.spec.loader import load_training_spec
     from airflow_provider_primus.spec.training import default_training
+
+    try:
+        import torch  # noqa: F401 - only to say which extra brings it when it is missing
+    except ImportError:
+        print(
+            "primus train needs torch, which only the trainer uses: "
+            "pip install 'airflow-provider-primus[train]'",
+            file=sys.stderr,
+        )
+        return 2
     from airflow_provider_primus.training.runtime import Trainer, TrainOptions, default_workdir
     from airflow_provider_primus.training.summary import print_progress
     from airflow_provider_primus.training.trace import TraceWriter

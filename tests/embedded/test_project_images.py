@@ -1,0 +1,201 @@
+"""The project's own images, built by buildah from ``docker/Dockerfile`` (``embedded/kube/project_image.py``),
+run Primus code in pods on the real node.
+
+The data image (master and data executors; no torch) runs ``primus validate`` and ``primus plan`` on
+a PrimusData document mounted from a ConfigMap, over Parquet files mounted from the host, and proves
+that torch is not in it; the trainer image imports torch and the trainer's model and takes one
+optimisation step. Both are imported into the node's containerd from their cached OCI archives, as
+``primus cluster`` users would (``ctr -n k8s.io images import``); pods use ``imagePullPolicy: Never``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from airflow_provider_primus.embedded.kube.local import LocalCluster
+from airflow_provider_primus.embedded.kube.project_image import (
+    DATA,
+    TRAINER,
+    ImageBuilderUnavailableError,
+    ProjectImage,
+    builder_missing,
+    ensure_project_images,
+)
+from airflow_provider_primus.kubernetes.client import KubeApi, KubeError
+from tests.data.conftest import T0, files_source, hour_dir, spec_doc, write
+from tests.embedded.test_real_node import await_value
+
+# A cold build installs torch into the trainer image (minutes on 2 cores); scripts/test.sh builds the
+# images before the suite, so there this is only the import into the node's containerd.
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(2400)]
+
+
+@pytest.fixture(scope="module")
+def project_images() -> dict[str, ProjectImage]:
+    missing = builder_missing()
+    if missing:
+        pytest.skip("the project's images need: " + "; ".join(missing))
+    try:
+        return ensure_project_images()
+    except ImageBuilderUnavailableError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def api(real_cluster: LocalCluster) -> Iterator[KubeApi]:
+    with real_cluster.cluster_state.api_client() as client:
+        yield KubeApi(client)
+
+
+@pytest.fixture(scope="module")
+def namespace(api: KubeApi) -> str:
+    name = f"images-{uuid.uuid4().hex[:8]}"
+    api.create("/api/v1/namespaces", {"metadata": {"name": name}})
+
+    def service_account() -> bool | None:  # made by kube-controller-manager; admission needs it
+        try:
+            api.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            return True
+        except KubeError:
+            return None
+
+    await_value("the namespace's default ServiceAccount", service_account, timeout_s=30)
+    return name
+
+
+def _import(cluster: LocalCluster, image: ProjectImage) -> float:
+    assert cluster.node is not None
+    started = time.monotonic()
+    # The trainer's archive is ~3 GB of gzip layers: unpacking it takes minutes on 2 busy cores.
+    cluster.node.containerd.ctr("images", "import", str(image.archive), timeout_s=900)
+    return time.monotonic() - started
+
+
+def _run_pod(api: KubeApi, namespace: str, name: str, spec: dict[str, Any], timeout_s: float) -> tuple[
+    dict[str, Any], str, float]:  # fmt: skip
+    """Create a pod that runs to completion; return it, its log and the seconds it took."""
+    created = time.monotonic()
+    api.create(f"/api/v1/namespaces/{namespace}/pods", {"metadata": {"name": name}, "spec": spec})
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+
+    def finished() -> dict[str, Any] | None:
+        pod = api.get(path)
+        return pod if pod.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
+
+    pod = await_value(f"pod {name} finished", finished, timeout_s=timeout_s)
+    took = time.monotonic() - created
+    return pod, api.get_text(f"{path}/log"), took
+
+
+def _exit_code(pod: dict[str, Any]) -> int:
+    state = pod["status"]["containerStatuses"][0]["state"]
+    return int(state["terminated"]["exitCode"])
+
+
+def test_the_data_image_runs_primus_on_a_mounted_document_without_torch(
+    project_images: dict[str, ProjectImage],  # first: a cold build happens before the node starts
+    real_cluster: LocalCluster,
+    api: KubeApi,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    image = project_images[DATA]
+    import_s = _import(real_cluster, image)
+    # Parquet history on the host, mounted read-only where the document says it is.
+    store = tmp_path / "store"
+    for h in range(2):
+        write(hour_dir(store, T0 + timedelta(hours=h)) / "a.parquet", "parquet", 10)
+    for entry in [tmp_path, *tmp_path.rglob("*")]:  # the image runs as uid 10001
+        entry.chmod(0o755 if entry.is_dir() else 0o644)
+    document = yaml.safe_dump(spec_doc([files_source("s", Path("/data/store"))]))
+    api.create(f"/api/v1/namespaces/{namespace}/configmaps",
+               {"metadata": {"name": "documents"}, "data": {"data.yaml": document}})  # fmt: skip
+    end = (T0 + timedelta(hours=2)).isoformat()
+    script = (
+        "set -e; primus validate /docs/data.yaml; "
+        f"primus plan /docs/data.yaml --start {T0.isoformat()} --end {end} --cache /tmp/plan.sqlite; "
+        "python -c 'import importlib.util, sys; "
+        "import airflow_provider_primus.master.master, airflow_provider_primus.data.service.executor; "
+        'print("torch:", importlib.util.find_spec("torch")); '
+        'print("loaded:", sorted(m for m in sys.modules if m.startswith("torch")))\''
+    )
+    spec = {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "primus",
+                "image": image.name,
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", script],
+                "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+                "volumeMounts": [
+                    {"name": "documents", "mountPath": "/docs", "readOnly": True},
+                    {"name": "store", "mountPath": "/data/store", "readOnly": True},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "documents", "configMap": {"name": "documents"}},
+            {"name": "store", "hostPath": {"path": str(store), "type": "Directory"}},
+        ],
+    }
+    pod, log, took = _run_pod(api, namespace, "data-image", spec, timeout_s=180)
+    print(f"\ndata image {image.name} ({image.size}, archive {image.archive_bytes / 1e6:.0f} MB): "
+          f"import {import_s:.1f}s, pod done {took:.1f}s after creation")  # fmt: skip
+    assert pod["status"]["phase"] == "Succeeded", log
+    assert _exit_code(pod) == 0
+    lines = log.splitlines()
+    assert "ok: PrimusData 'test': 1 source" in lines
+    summary = json.loads(next(line for line in lines if line.startswith("{")))
+    assert (summary["partitions"], summary["tasks"], summary["rows"], summary["missing"]) == (2, 2, 20, [])
+    assert "torch: None" in lines and "loaded: []" in lines
+
+
+def test_the_trainer_image_has_torch_and_trains_a_step(
+    project_images: dict[str, ProjectImage], real_cluster: LocalCluster, api: KubeApi, namespace: str
+) -> None:
+    image = project_images[TRAINER]
+    import_s = _import(real_cluster, image)
+    code = (
+        "import json, torch\n"
+        "import airflow_provider_primus.training.model\n"
+        "torch.manual_seed(0)\n"
+        "w = torch.zeros(4, requires_grad=True)\n"
+        "x, y = torch.randn(64, 4), torch.randn(64)\n"
+        "opt = torch.optim.SGD([w], lr=0.1)\n"
+        "before = float(((x @ w - y) ** 2).mean())\n"
+        "loss = ((x @ w - y) ** 2).mean(); opt.zero_grad(); loss.backward(); opt.step()\n"
+        "after = float(((x @ w - y) ** 2).mean())\n"
+        "print(json.dumps({'torch': torch.__version__, 'cuda': torch.cuda.is_available(),"
+        " 'before': before, 'after': after}))\n"
+    )
+    spec = {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "trainer",
+                "image": image.name,
+                "imagePullPolicy": "Never",
+                "command": ["python", "-c", code],
+                "resources": {"limits": {"cpu": "1", "memory": "2Gi"}},
+            }
+        ],
+    }
+    pod, log, took = _run_pod(api, namespace, "trainer-image", spec, timeout_s=300)
+    print(f"\ntrainer image {image.name} ({image.size}, archive {image.archive_bytes / 1e6:.0f} MB): "
+          f"import {import_s:.1f}s, pod done {took:.1f}s after creation")  # fmt: skip
+    assert pod["status"]["phase"] == "Succeeded", log
+    assert _exit_code(pod) == 0
+    result = json.loads(next(line for line in log.splitlines() if line.startswith("{")))
+    assert result["torch"].startswith("2.")
+    assert result["cuda"] is False  # the CUDA build, on a node without a GPU
+    assert result["after"] < result["before"]

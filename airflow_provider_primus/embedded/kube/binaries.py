@@ -16,21 +16,25 @@ seconds of each build step (cold vs warm Go cache) for the docs.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
-import json
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from airflow_provider_primus.embedded.buildcache import (
+    find_go,
+    go_env,
+    locked,
+    record_build_time,
+    replace_dir,
+    run_go,
+    stamped,
+)
 from airflow_provider_primus.paths import cache_dir as default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -47,8 +51,6 @@ NODE_STAMP = "node-stamp"
 # The module files copied into the cache; the etcd wrapper is the only source of our own.
 MODULE_FILES = ("go.mod", "go.sum", "cmd/etcd/main.go")
 STAMP = "stamp"
-BUILD_TIMES = "build-times.json"
-_BUILD_HISTORY = 10
 
 
 def _kube_ldflags(version: str) -> str:
@@ -137,77 +139,8 @@ def node_build_stamp(version: str = KUBE_VERSION) -> str:
     return digest.hexdigest()
 
 
-def _stamped(stamp_file: Path, stamp: str, paths: tuple[Path, ...]) -> bool:
-    try:
-        if stamp_file.read_text().strip() != stamp:
-            return False
-    except OSError:
-        return False
-    return all(path.is_file() and os.access(path, os.X_OK) for path in paths)
-
-
 def _is_complete(bins: KubeBinaries, stamp: str) -> bool:
-    return _stamped(bins.home / STAMP, stamp, bins.all())
-
-
-@contextlib.contextmanager
-def _locked(home: Path) -> Iterator[None]:
-    """One builder per cache directory: a second caller waits, then finds the stamp written."""
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _go_env(go: str) -> dict[str, str]:
-    env = dict(os.environ)
-    # GOTOOLCHAIN=local: never let a go.mod line trigger a toolchain download behind the user's back.
-    env["GOTOOLCHAIN"] = "local"
-    env.pop("GOBIN", None)
-    env.pop("GOOS", None)
-    env.pop("GOARCH", None)
-    # A user's -mod setting is for their own modules; ours sets its own below.
-    env["GOFLAGS"] = " ".join(f for f in env.get("GOFLAGS", "").split() if not f.startswith("-mod="))
-    return env
-
-
-def _run_go(cmd: list[str], *, cwd: Path, env: dict[str, str], what: str) -> float:
-    started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
-    elapsed = time.monotonic() - started
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
-        raise KubeBinariesError(
-            f"building {what} failed (exit {proc.returncode}, `{' '.join(cmd)}`):\n{tail}"
-        )
-    return elapsed
-
-
-def _record_build_times(home: Path, entry: dict[str, object]) -> None:
-    path = home / BUILD_TIMES
-    try:
-        history = json.loads(path.read_text()).get("builds", [])
-    except (OSError, ValueError, AttributeError):
-        history = []
-    history = [*history, entry][-_BUILD_HISTORY:]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"builds": history}, indent=2) + "\n")
-    tmp.replace(path)
-
-
-def _replace_dir(staged: Path, target: Path) -> None:
-    """Swap ``staged`` in for ``target`` so a reader never sees a half-written directory."""
-    old = target.with_name(f".{target.name}-old")
-    if old.exists():
-        shutil.rmtree(old)
-    if target.exists():
-        target.rename(old)
-    staged.rename(target)
-    if old.exists():
-        shutil.rmtree(old)
+    return stamped(bins.home / STAMP, stamp, bins.all())
 
 
 def _write_module(src: Path) -> None:
@@ -240,23 +173,15 @@ def ensure_binaries(
     stamp = build_stamp(version, kwok_version)
     if _is_complete(bins, stamp):
         return bins
-    go_path = shutil.which("go") if go is None else go
-    if not go_path:
-        raise GoNotFoundError(
-            f"the Kubernetes control plane ({version}) is built from source once and needs Go "
-            "(>= 1.25) on PATH; fix: install Go from https://go.dev/dl/ and rerun scripts/test.sh"
-        )
-    with _locked(home):
+    go_path = find_go(go, GoNotFoundError, f"the Kubernetes control plane ({version})")
+    with locked(home):
         if _is_complete(bins, stamp):  # built by whoever held the lock before us
             return bins
-        env = _go_env(go_path)
+        env = go_env()
         with tempfile.TemporaryDirectory(dir=home, prefix=".build-") as tmp:
             work = Path(tmp)
             src = work / "src"
-            for name, data in _module_source().items():
-                target = src / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
+            _write_module(src)
             staged = work / "bin"
             staged.mkdir()
             # -mod=mod: go may complete go.sum in the cache's copy instead of refusing to build.
@@ -267,34 +192,28 @@ def ensure_binaries(
                 kwok_version,
                 bins.apiserver.parent,
             )
-            kube_env = {**env, "GOFLAGS": f"{env['GOFLAGS']} -mod=mod".strip()}
-            kube_s = _run_go(
+            kube_s, _ = run_go(
                 [go_path, "build", "-trimpath", "-ldflags", _kube_ldflags(version), "-o", f"{staged}/",
                  *KUBE_PACKAGES],
                 cwd=src,
-                env=kube_env,
+                env=go_env(module_mode=True),
                 what=f"kube-apiserver, kube-scheduler and etcd {version}",
+                error=KubeBinariesError,
             )  # fmt: skip
             # `go install pkg@version` builds outside any module: run it from the empty work dir.
-            kwok_s = _run_go(
+            kwok_s, _ = run_go(
                 [go_path, "install", "-trimpath", "-ldflags", KWOK_LDFLAGS, f"{KWOK_PACKAGE}@{kwok_version}"],
                 cwd=work,
                 env={**env, "GOBIN": str(staged)},
                 what=f"kwok {kwok_version}",
+                error=KubeBinariesError,
             )
             for path in bins.all():
                 if not (staged / path.name).is_file():
                     raise KubeBinariesError(f"go reported success but {path.name} is not in {staged}")
-            old = home / ".bin-old"
-            if old.exists():
-                shutil.rmtree(old)
-            if bins.apiserver.parent.exists():
-                bins.apiserver.parent.rename(old)
-            staged.rename(bins.apiserver.parent)
-            if old.exists():
-                shutil.rmtree(old)
+            replace_dir(staged, bins.apiserver.parent)
         (home / STAMP).write_text(stamp + "\n")
-        _record_build_times(
+        record_build_time(
             home,
             {
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -318,18 +237,12 @@ def ensure_node_binaries(
     home = (cache_dir or default_cache_dir()) / f"kube-{version}"
     bins = node_binaries_in(home, version)
     stamp = node_build_stamp(version)
-    if _stamped(home / NODE_STAMP, stamp, bins.all()):
+    if stamped(home / NODE_STAMP, stamp, bins.all()):
         return bins
-    go_path = shutil.which("go") if go is None else go
-    if not go_path:
-        raise GoNotFoundError(
-            f"the kubelet and kube-controller-manager ({version}) are built from source once and need "
-            "Go (>= 1.25) on PATH; fix: install Go from https://go.dev/dl/ and rerun scripts/test.sh"
-        )
-    with _locked(home):
-        if _stamped(home / NODE_STAMP, stamp, bins.all()):
+    go_path = find_go(go, GoNotFoundError, f"the kubelet and kube-controller-manager ({version})")
+    with locked(home):
+        if stamped(home / NODE_STAMP, stamp, bins.all()):
             return bins
-        env = _go_env(go_path)
         with tempfile.TemporaryDirectory(dir=home, prefix=".build-node-") as tmp:
             src, staged = Path(tmp) / "src", Path(tmp) / NODE_BIN
             _write_module(src)
@@ -337,23 +250,24 @@ def ensure_node_binaries(
             log.info(
                 "building kubelet and kube-controller-manager %s with Go into %s (once)", version, staged
             )
-            node_s = _run_go(
+            node_s, _ = run_go(
                 [go_path, "build", "-trimpath", "-ldflags", _kube_ldflags(version), "-o", f"{staged}/",
                  *NODE_PACKAGES],
                 cwd=src,
-                env={**env, "GOFLAGS": f"{env['GOFLAGS']} -mod=mod".strip()},
+                env=go_env(module_mode=True),
                 what=f"kubelet and kube-controller-manager {version}",
+                error=KubeBinariesError,
             )  # fmt: skip
             for path in bins.all():
                 if not (staged / path.name).is_file():
                     raise KubeBinariesError(f"go reported success but {path.name} is not in {staged}")
-            _replace_dir(staged, bins.kubelet.parent)
+            replace_dir(staged, bins.kubelet.parent)
         (home / NODE_STAMP).write_text(stamp + "\n")
-        _record_build_times(
+        record_build_time(
             home,
             {
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "go": _go_version(go_path, env),
+                "go": _go_version(go_path, go_env()),
                 "cpus": os.cpu_count(),
                 "kubelet_controller_manager_s": round(node_s, 1),
                 "stamp": stamp[:16],

@@ -26,8 +26,6 @@ seconds of each step (cold vs cached) for the docs.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -40,10 +38,11 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from airflow_provider_primus.embedded.buildcache import locked, record_build_time
 from airflow_provider_primus.paths import cache_dir as default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -53,8 +52,6 @@ TRAINER = "trainer"
 TARGETS = (DATA, TRAINER)
 REPOSITORY = "primus.dev/airflow-provider-primus"
 HOME = "project-images"
-BUILD_TIMES = "build-times.json"
-_BUILD_HISTORY = 20
 # The base: what debootstrap installs, and from which suite. Changing any of it makes a new base.
 SUITE = "bookworm"
 VARIANT = "minbase"
@@ -179,17 +176,6 @@ def _file_sha256(path: Path) -> str:
 
 
 # --- running tools -------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _locked(home: Path) -> Iterator[None]:
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _run(cmd: list[str], what: str, *, timeout_s: float = 3600.0, cwd: Path | None = None) -> float:
@@ -330,16 +316,6 @@ def _stage_context(root: Path, target: Path) -> None:
         shutil.copy2(root / rel, dest)
 
 
-def _record_build_times(home: Path, entry: dict[str, object]) -> None:
-    path = home / BUILD_TIMES
-    try:
-        history = json.loads(path.read_text())
-    except (OSError, ValueError):
-        history = []
-    history = [*history, entry][-_BUILD_HISTORY:]
-    path.write_text(json.dumps(history, indent=2))
-
-
 def _build_target(
     root: Path, home: Path, buildah: Buildah, *, base: str, wheels: Path, target: str, key: str
 ) -> tuple[str, dict[str, float]]:
@@ -393,7 +369,7 @@ def ensure_project_images(
     home = (cache_dir or default_cache_dir()) / HOME
     buildah = Buildah(home)
     found: dict[str, ProjectImage] = {}
-    with _locked(home):
+    with locked(home):
         times: dict[str, float] = {}
         started = time.monotonic()
         base = ensure_base(home, buildah, times)
@@ -414,7 +390,7 @@ def ensure_project_images(
                 _forget_older(home, buildah, target, key[:16])
             found[target] = ProjectImage(target, name, archive, buildah.image_size(name))
         if times:
-            _record_build_times(home, {
+            record_build_time(home, {
                 "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "total_s": round(time.monotonic() - started, 1),
                 "steps_s": times,

@@ -6,6 +6,7 @@ All against the session's real SeaweedFS (``s3_server`` fixture); nothing here m
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 import uuid
@@ -52,6 +53,18 @@ def storage(state: S3State, *, endpoint: str | None = None, **extra: Any) -> dic
         "credentials": {"env": {"access_key_id": KEY_ENV, "secret_access_key": SECRET_ENV}},
         **extra,
     }
+
+
+def aws_connection(state: S3State) -> str:
+    """The session server as an Airflow ``aws`` connection (for ``AIRFLOW_CONN_<ID>``), as users have one."""
+    return json.dumps(
+        {
+            "conn_type": "aws",
+            "login": state.access_key,
+            "password": state.secret_key,
+            "extra": {"endpoint_url": state.endpoint, "region_name": state.region},
+        }
+    )
 
 
 class _CountingReader:

@@ -44,9 +44,9 @@ from airflow_provider_primus.training.checkpoint import CheckpointError, Checkpo
 from airflow_provider_primus.training.publish import (
     MANIFEST_FILE,
     MODEL_FILE,
-    RESERVED_KEYS,
     Publisher,
     SnapshotIntegrityError,
+    checked_manifest,
 )
 
 log = logging.getLogger(__name__)
@@ -95,16 +95,23 @@ def _payload_problem(fs: pafs.FileSystem, path: str, size: Any, sha: Any) -> tup
     return None, data
 
 
-class ObjectCheckpointStore:
-    """``ckpt-{step:012d}.json`` manifests pointing at uniquely named payloads under one prefix."""
+class _Prefix:
+    """What both stores are: a prefix of one filesystem, keeping the newest ``keep``."""
 
-    def __init__(self, fs: pafs.FileSystem, root: str, keep: int = 3, *, uri: str | None = None) -> None:
+    def __init__(self, fs: pafs.FileSystem, root: str, keep: int, uri: str | None) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.fs = fs
         self.root = root.rstrip("/")
         self.keep = keep
         self.uri = uri or f"s3://{self.root}"
+
+
+class ObjectCheckpointStore(_Prefix):
+    """``ckpt-{step:012d}.json`` manifests pointing at uniquely named payloads under one prefix."""
+
+    def __init__(self, fs: pafs.FileSystem, root: str, keep: int = 3, *, uri: str | None = None) -> None:
+        _Prefix.__init__(self, fs, root, keep, uri)
 
     def path_for(self, step: int) -> PurePosixPath:
         """The manifest that commits the checkpoint of ``step`` (its ``.name`` names the checkpoint)."""
@@ -259,16 +266,11 @@ def latest_object_snapshot(fs: pafs.FileSystem, root: str) -> ObjectSnapshot | N
     return None
 
 
-class ObjectPublisher:
+class ObjectPublisher(_Prefix):
     """Publishes ``v000001/``, ``v000002/``, … under a prefix, keeping the newest ``keep``."""
 
     def __init__(self, fs: pafs.FileSystem, root: str, keep: int = 5, *, uri: str | None = None) -> None:
-        if keep < 1:
-            raise ValueError(f"keep must be >= 1, got {keep}")
-        self.fs = fs
-        self.root = root.rstrip("/")
-        self.keep = keep
-        self.uri = uri or f"s3://{self.root}"
+        _Prefix.__init__(self, fs, root, keep, uri)
 
     def _committed(self) -> list[int]:
         return [
@@ -278,11 +280,7 @@ class ObjectPublisher:
         ]
 
     def publish(self, model_state: Mapping[str, Any], manifest: Mapping[str, Any]) -> int:
-        extra = dict(manifest)
-        clash = sorted(RESERVED_KEYS & extra.keys())
-        if clash:
-            raise ValueError(f"manifest keys {clash} are set by the publisher")
-        json.dumps(extra, allow_nan=False)
+        extra = checked_manifest(manifest)
         buffer = io.BytesIO()
         torch.save(dict(model_state), buffer)
         data = buffer.getvalue()

@@ -153,6 +153,18 @@ def latest_snapshot(model_dir: Path) -> Snapshot | None:
     return None
 
 
+def checked_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The caller's manifest fields, refused before anything is written: keys the publisher sets,
+    or a value that does not serialize (a multi-gigabyte model must not be written first);
+    ``allow_nan=False`` keeps the file valid for non-Python readers."""
+    extra = dict(manifest)
+    clash = sorted(RESERVED_KEYS & extra.keys())
+    if clash:
+        raise ValueError(f"manifest keys {clash} are set by the publisher")
+    json.dumps(extra, allow_nan=False)
+    return extra
+
+
 class Publisher:
     """Writes snapshots ``v000001``, ``v000002``, … into ``model_dir``, keeping the newest ``keep``."""
 
@@ -164,13 +176,7 @@ class Publisher:
 
     def publish(self, model_state: Mapping[str, Any], manifest: Mapping[str, Any]) -> int:
         """Publish a new version and return its number; on any error nothing becomes visible."""
-        extra = dict(manifest)
-        clash = sorted(RESERVED_KEYS & extra.keys())
-        if clash:
-            raise ValueError(f"manifest keys {clash} are set by the publisher")
-        # Serialize once before writing anything so an unserializable manifest fails fast, not after
-        # a multi-gigabyte model was written; allow_nan=False keeps the file valid for non-Python readers.
-        json.dumps(extra, allow_nan=False)
+        extra = checked_manifest(manifest)
 
         self.model_dir.mkdir(parents=True, exist_ok=True)
         version = max(_versions(self.model_dir), default=0) + 1

@@ -15,7 +15,7 @@ import yaml
 from airflow_provider_primus.embedded.s3 import S3State
 from airflow_provider_primus.operators.plan import PrimusPlanDataOperator
 from tests.data.conftest import T0, table
-from tests.s3_helpers import admin_fs, new_bucket
+from tests.s3_helpers import admin_fs, aws_connection, new_bucket
 
 pytestmark = pytest.mark.s3
 
@@ -26,13 +26,7 @@ def test_plan_operator_resolves_an_aws_connection_and_never_shows_its_secret(
     root = new_bucket(s3_server)
     with admin_fs(s3_server).open_output_stream(f"{root}/clicks/{T0:%Y-%m-%d}/part-0.parquet") as out:
         pq.write_table(table(500), out)
-    conn = {
-        "conn_type": "aws",
-        "login": s3_server.access_key,
-        "password": s3_server.secret_key,
-        "extra": {"endpoint_url": s3_server.endpoint, "region_name": s3_server.region},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps(conn))
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", aws_connection(s3_server))
     doc: dict[str, Any] = {
         "apiVersion": "primus.dev/v1alpha1",
         "kind": "PrimusData",

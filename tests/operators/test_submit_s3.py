@@ -18,7 +18,7 @@ from airflow_provider_primus.hooks.primus import PrimusHook
 from airflow_provider_primus.master.jobs import wait_for
 from airflow_provider_primus.paths import primus_home
 from airflow_provider_primus.spec.status import TERMINAL
-from tests.s3_helpers import admin_fs, new_bucket
+from tests.s3_helpers import admin_fs, aws_connection, new_bucket
 from tests.training.conftest import SCHEMA, T0, events
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(300)]
@@ -33,13 +33,7 @@ def test_a_dags_job_reads_the_object_store_with_its_connection_and_never_shows_t
         t = T0 + timedelta(hours=h)
         with fs.open_output_stream(f"{root}/store/{t:%Y-%m-%d}/{t:%H}/part-0.parquet") as out:
             pq.write_table(events(h * per_hour, per_hour, t, seed=h), out, row_group_size=500)
-    conn = {
-        "conn_type": "aws",
-        "login": s3_server.access_key,
-        "password": s3_server.secret_key,
-        "extra": {"endpoint_url": s3_server.endpoint, "region_name": s3_server.region},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps(conn))
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", aws_connection(s3_server))
     data: dict[str, Any] = {
         "apiVersion": "primus.dev/v1alpha1",
         "kind": "PrimusData",

@@ -94,7 +94,9 @@ def write_logs(root: Path, rows: int, files: int, distinct: int = 4) -> int:
     return per_file * files
 
 
-def documents(root: Path, files: int, *, scaling: bool, window_s: float, cooldown_s: float) -> Path:
+def documents(
+    root: Path, files: int, *, scaling: bool, window_s: float, cooldown_s: float, data_cpu: float = 0.5
+) -> Path:
     hours = -(-files // FILES_PER_HOUR)
     transforms: list[dict[str, Any]] = [{"column": c, "hash_bucket": n} for c, n in SPARSE.items()]
     transforms += [{"column": "age", "fill": 0}, {"column": "age", "cast": "float32"}]
@@ -148,9 +150,9 @@ def documents(root: Path, files: int, *, scaling: bool, window_s: float, cooldow
                     "replicas": {"min": 1, "initial": 1, "max": 3},
                     "failover": {"max_restarts": 20},
                     "resources": {
-                        "cpu": 0.5,
+                        "cpu": data_cpu,
                         "memory": "256Mi",
-                        "bounds": {"cpu": {"min": 0.25, "max": 0.5}, "memory": {"max": "1Gi"}},
+                        "bounds": {"cpu": {"min": min(0.25, data_cpu), "max": 0.5}, "memory": {"max": "1Gi"}},
                     },
                 },
                 "trainer": {
@@ -182,9 +184,18 @@ def _collect(master: Master, into: list[Sample], seen: set[tuple[str, float]]) -
 
 
 def run_job(
-    root: Path, files: int, rows: int, *, scaling: bool, window_s: float, cooldown_s: float
+    root: Path,
+    files: int,
+    rows: int,
+    *,
+    scaling: bool,
+    window_s: float,
+    cooldown_s: float,
+    data_cpu: float = 0.5,
 ) -> dict[str, Any]:
-    job_path = documents(root, files, scaling=scaling, window_s=window_s, cooldown_s=cooldown_s)
+    job_path = documents(
+        root, files, scaling=scaling, window_s=window_s, cooldown_s=cooldown_s, data_cpu=data_cpu
+    )
     home = root / ("home-on" if scaling else "home-off")
     store = SqliteJobStore(home / "jobs.sqlite")
     name = "bench-on" if scaling else "bench-off"
@@ -296,11 +307,13 @@ def run(
     window_s: float = 3.0,
     cooldown_s: float = 3.0,
     workdir: Path | None = None,
+    data_cpu: float = 0.5,
 ) -> dict[str, Any]:
+    """``data_cpu``: the one data executor's starting CPU (the mis-sizing the autoscaler answers)."""
     root = Path(tempfile.mkdtemp(prefix="primus-bench-autoscale-", dir=workdir))
     try:
         written = write_logs(root / "logs", rows, files)
-        common = {"window_s": window_s, "cooldown_s": cooldown_s}
+        common = {"window_s": window_s, "cooldown_s": cooldown_s, "data_cpu": data_cpu}
         off = run_job(root, files, written, scaling=False, **common)
         on = run_job(root, files, written, scaling=True, **common)
     finally:

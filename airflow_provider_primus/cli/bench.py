@@ -89,6 +89,9 @@ def register(sub: Any) -> None:
     a.add_argument("--files", type=int, default=80)
     a.add_argument("--window-s", type=float, default=3.0, help="the autoscaler's adjustment window")
     a.add_argument("--cooldown-s", type=float, default=3.0)
+    a.add_argument(
+        "--data-cpu", type=float, default=0.5, help="the data executor's starting CPU (default: 0.5)"
+    )
     a.add_argument("--workdir", type=Path, help="where to generate the data (default: system temp)")
     a.set_defaults(handler=run_autoscale)
 
@@ -166,6 +169,7 @@ def run_autoscale(args: argparse.Namespace) -> int:
         window_s=args.window_s,
         cooldown_s=args.cooldown_s,
         workdir=args.workdir,
+        data_cpu=args.data_cpu,
     )
     print(json.dumps(result))
     return 0

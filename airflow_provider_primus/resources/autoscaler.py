@@ -307,7 +307,11 @@ def decide(
 
     targets = policy.targets
     scaled_in = {d.executor for d in plan.decisions if d.action == "scale_in"}
-    data_flowing = any(d.rows_per_s > 0 for d in data)
+    # Over the whole window, not a regime: an executor resized or launched a moment ago has served
+    # nothing in its new regime yet, which says nothing about whether data is flowing.
+    data_flowing = any(
+        ss[-1].rows > ss[0].rows for ss in per_executor.values() if ss and ss[0].role == "data"
+    )
     for s in judged:
         # With no rows coming from the data service, a trainer's waiting is on its own stream, whose
         # fetch and decode run on the trainer's CPU (a burst of events): at its CPU target it is

@@ -264,8 +264,6 @@ class Trainer:
         if stream is not None:
             stream.source.commit(feeds[stream.name]["offsets"])
         self.savepoints.covered(self.checkpoints.path_for(self.step).name, self.step)
-        if self.reporter is not None:  # the job's checkpoint age (metrics) comes from this
-            self.reporter.extra["checkpoint"] = {"step": self.step, "time": round(time.time(), 3)}
 
     def _publish(self) -> None:
         if not self.group.leader:

@@ -9,6 +9,7 @@ master has outstanding at once. Without a reporter (not a job's trainer) there i
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from airflow_provider_primus.training.reporter import JobReporter
@@ -43,7 +44,8 @@ class Savepoints:
         every waiting savepoint."""
         if self.reporter is None:
             return
-        self.reporter.extra["checkpoint"] = {"step": step, "id": checkpoint}
+        # ``time``: the job's checkpoint age (the master's metrics) is measured from it.
+        self.reporter.extra["checkpoint"] = {"step": step, "id": checkpoint, "time": round(time.time(), 3)}
         if not self.waiting:
             return
         self.done.append({"checkpoint": checkpoint, "step": step, "ids": list(self.waiting)})

@@ -19,12 +19,7 @@ def main(argv: list[str]) -> None:
         split = -1
     options, command = argv[:split], argv[split + 1 :]
     groups = options[2::2]
-    if (
-        split < 1
-        or not command
-        or len(options) % 2 != 1
-        or any(flag != "--cgroup" for flag in options[1::2])
-    ):
+    if split < 1 or not command or len(options) % 2 != 1 or any(flag != "--cgroup" for flag in options[1::2]):
         sys.stderr.write("usage: _affinity_exec.py CORES [--cgroup DIR]... -- COMMAND [ARG...]\n")
         os._exit(2)
     try:

@@ -46,6 +46,7 @@ from airflow_provider_primus.embedded.kafka import (  # noqa: E402 - after the e
     BrokerState,
     EmbeddedKafka,
     KafkaDistribution,
+    SecuredListener,
     ensure_distribution,
 )
 from airflow_provider_primus.embedded.kube.binaries import (  # noqa: E402
@@ -93,6 +94,24 @@ def kafka_broker(kafka_dist: KafkaDistribution) -> Iterator[BrokerState]:
     _broker_startup.append(state.startup_seconds)
     try:
         yield state
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def secured_kafka_broker(kafka_dist: KafkaDistribution) -> Iterator[EmbeddedKafka]:
+    """A second broker with a SASL_SSL (SCRAM-SHA-256) listener beside its PLAINTEXT one, a CA and a
+    broker certificate generated for the session; ``secured_client()`` gives its settings, ``secured``
+    its user and (random) password. Started only by the tests that ask for it."""
+    broker = EmbeddedKafka(
+        kafka_dist,
+        _SESSION_TMP / "kafka-secured",
+        instance=KAFKA_INSTANCE,
+        secured=SecuredListener(mechanism="SCRAM-SHA-256"),
+    )
+    broker.start()
+    try:
+        yield broker
     finally:
         broker.stop()
 

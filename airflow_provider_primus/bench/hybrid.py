@@ -192,10 +192,12 @@ def _ingest(source: KafkaSource, repeats: int = 5) -> dict[str, float]:
 
 def _ingest_once(source: KafkaSource) -> dict[str, float]:
     """Rows/s through our stream source vs a bare kafka-python consumer, same topic, same fetch sizes."""
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
 
-    bare: Any = KafkaConsumer(
-        bootstrap_servers=source.servers(),
+    from airflow_provider_primus.data.sources.kafka_client import consumer
+
+    bare: Any = consumer(
+        source,
         enable_auto_commit=False,
         max_poll_records=5000,
         fetch_max_bytes=64 * 1024 * 1024,

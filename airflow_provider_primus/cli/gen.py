@@ -93,6 +93,13 @@ def register(sub: Any) -> None:
         "--topic", default="clicks", help="stream topic, created if missing (default: clicks)"
     )
     parser.add_argument("--partitions", type=int, default=1, help="partitions of a new topic (default: 1)")
+    parser.add_argument(
+        "--kafka-security",
+        type=Path,
+        help="a YAML/JSON file holding a Kafka source's 'security' mapping (protocol, sasl_mechanism, "
+        "username, password_env, ssl_cafile, ...): the producer uses it and the spec's stream source "
+        "gets it (docs/kafka.md, Secured clusters)",
+    )
     parser.add_argument("--rate", type=float, default=0.0, help="stream rows/s; 0 = as fast as possible")
     parser.set_defaults(handler=run)
 
@@ -116,6 +123,17 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    kafka_security: dict[str, Any] | None = None
+    if args.kafka_security is not None:
+        from airflow_provider_primus.spec import read_document
+        from airflow_provider_primus.spec.kafka import KafkaSecurity
+
+        try:
+            kafka_security = read_document(args.kafka_security)
+            KafkaSecurity.model_validate(kafka_security)
+        except (OSError, ValueError) as exc:
+            print(f"error: --kafka-security {args.kafka_security}: {exc}", file=sys.stderr)
+            return 2
     t0 = time.perf_counter()
     remote = str(args.out).startswith("s3://")
     storage = _storage_section(args) if remote else None
@@ -128,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             topic=args.topic,
             history_uri=f"{str(args.out).rstrip('/')}/history" if remote else None,
             storage=storage,
+            kafka_security=kafka_security,
         )
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -155,11 +174,17 @@ def run(args: argparse.Namespace) -> int:
     if args.bootstrap_servers:
         from kafka.errors import KafkaError
 
+        from airflow_provider_primus.data.sources.kafka_client import KafkaAuthError, tool_client
+        from airflow_provider_primus.spec.kafka import KafkaSecurity
+
         try:
-            messages = produce_stream(
-                world, args.bootstrap_servers, args.topic, rate=args.rate, partitions=args.partitions
+            target = tool_client(
+                args.bootstrap_servers,
+                KafkaSecurity.model_validate(kafka_security) if kafka_security else None,
+                owner="primus gen",
             )
-        except (KafkaError, ValueError) as exc:
+            messages = produce_stream(world, target, args.topic, rate=args.rate, partitions=args.partitions)
+        except (KafkaError, KafkaAuthError, ValueError) as exc:
             print(f"error: producing to {args.bootstrap_servers}: {exc!r}", file=sys.stderr)
             return 1
     summary = {

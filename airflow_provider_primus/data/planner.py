@@ -201,7 +201,7 @@ def plan(
                 lane.submit(
                     ("kafka", source),
                     resolve_offsets,
-                    bootstrap_servers=source.bootstrap_servers,
+                    kafka=source,
                     topic=source.topic,
                     start_policy=source.start.policy,
                     start_timestamp=source.start.timestamp,

@@ -16,13 +16,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 
 from airflow_provider_primus.data.event_time import EventTimeFinding, check_values
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import plan
 from airflow_provider_primus.data.reader import read_task
 from airflow_provider_primus.data.sources.files import open_source_filesystem
+from airflow_provider_primus.data.sources.kafka_client import consumer as kafka_consumer
 from airflow_provider_primus.data.transforms import BatchTransformer
 from airflow_provider_primus.spec.data import PrimusData
 from airflow_provider_primus.spec.sources import FileSource, KafkaSource
@@ -149,8 +150,8 @@ def _stream(source: KafkaSource, rows: int, timeout_s: float) -> EventTimeFindin
 
 def _newest_values(source: KafkaSource, rows: int, timeout_s: float) -> Iterator[bytes]:
     """The values of up to ``rows`` of the topic's newest records, spread over its partitions."""
-    consumer: Any = KafkaConsumer(
-        bootstrap_servers=source.servers(),
+    consumer: Any = kafka_consumer(
+        source,
         enable_auto_commit=False,
         client_id="primus-validate",
         bootstrap_timeout_ms=int(timeout_s * 1000),
@@ -159,7 +160,7 @@ def _newest_values(source: KafkaSource, rows: int, timeout_s: float) -> Iterator
     try:
         parts = consumer.partitions_for_topic(source.topic)
         if not parts:
-            raise RuntimeError(f"the topic does not exist on {source.bootstrap_servers}")
+            raise RuntimeError(f"the topic does not exist on {source.where()}")
         tps = [TopicPartition(source.topic, p) for p in sorted(parts)]
         consumer.assign(tps)
         begin, end = consumer.beginning_offsets(tps), consumer.end_offsets(tps)

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_primus.data.sources.kafka_client import KafkaTarget
 from airflow_provider_primus.gen.clicklog import SCHEMA, World, generate_day
 
 __all__ = ["encode_events", "ensure_topic", "iter_stream", "produce_stream"]
@@ -90,7 +91,7 @@ def _malformed(good: bytes, kth: int) -> bytes:
     return json.dumps(row, separators=(",", ":")).encode()
 
 
-def ensure_topic(bootstrap_servers: str, topic: str, partitions: int = 1) -> bool:
+def ensure_topic(bootstrap_servers: KafkaTarget, topic: str, partitions: int = 1) -> bool:
     """Create ``topic`` unless it exists; True when this call created it.
 
     Retention by time is off for it: records carry their *event* time as Kafka timestamp, months in
@@ -107,7 +108,7 @@ def ensure_topic(bootstrap_servers: str, topic: str, partitions: int = 1) -> boo
 
 def produce_stream(
     world: World,
-    bootstrap_servers: str,
+    bootstrap_servers: KafkaTarget,
     topic: str,
     *,
     rate: float = 0.0,
@@ -129,12 +130,10 @@ def produce_stream(
         raise ValueError(f"dead_letter_every must be >= 0, got {dead_letter_every}")
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
-    from kafka import KafkaProducer
+    from airflow_provider_primus.data.sources.kafka_client import producer as new_producer
 
     ensure_topic(bootstrap_servers, topic, partitions)
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap_servers, client_id="primus-gen", linger_ms=20, batch_size=256 * 1024
-    )
+    producer = new_producer(bootstrap_servers, client_id="primus-gen", linger_ms=20, batch_size=256 * 1024)
     errors: list[BaseException] = []
     chunk = max(1, int(rate / 20)) if rate > 0 else 0
     sent = 0

@@ -112,10 +112,12 @@ def write_data_spec(
     topic: str,
     history_uri: str | None = None,
     storage: dict[str, Any] | None = None,
+    kafka_security: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``root/primus-data.yaml`` for this world's history and stream; validated before writing
     so a bad topic or address fails here, not in the first job that reads it. ``history_uri`` (and
-    its ``storage`` section) when the history went to an object store."""
+    its ``storage`` section) when the history went to an object store; ``kafka_security``: the
+    stream source's ``security`` section (a secured cluster)."""
     from airflow_provider_primus.spec import validate_data_spec
 
     root = Path(root)
@@ -146,6 +148,7 @@ def write_data_spec(
                     "name": "events",
                     "type": "kafka",
                     "bootstrap_servers": bootstrap_servers,
+                    **({"security": kafka_security} if kafka_security else {}),
                     "topic": topic,
                     "value_format": "json",
                     "event_time_field": "ts",

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from airflow_provider_primus.data.sources.kafka_client import KafkaTarget, tool_client
 from airflow_provider_primus.gen.clicklog import SCHEMA, World
 from airflow_provider_primus.gen.events import encode_events, ensure_topic, iter_stream
 
@@ -107,7 +108,7 @@ class _Days:
 
 def produce_live(
     world: World,
-    bootstrap_servers: str,
+    bootstrap_servers: KafkaTarget,
     topic: str,
     schedule: Schedule,
     *,
@@ -121,12 +122,10 @@ def produce_live(
     ``stop()`` says so, the schedule's duration is over or the stream days are exhausted, after
     flushing; the first send error is raised then, so a broken broker is not a success.
     """
-    from kafka import KafkaProducer
+    from airflow_provider_primus.data.sources.kafka_client import producer as new_producer
 
     ensure_topic(bootstrap_servers, topic)
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap_servers, client_id="primus-live", linger_ms=10, batch_size=256 * 1024
-    )
+    producer = new_producer(bootstrap_servers, client_id="primus-live", linger_ms=10, batch_size=256 * 1024)
     errors: list[BaseException] = []
     sent = 0
     days = _Days(world)
@@ -161,8 +160,10 @@ def produce_live(
 
 
 def main(argv: list[str]) -> int:
-    """``{"world": {...World fields, "start": ISO}, "bootstrap": ..., "topic": ..., "schedule": {...}}``."""
+    """``{"world": {...World fields, "start": ISO}, "bootstrap": ..., "topic": ..., "schedule": {...}}``,
+    and optionally ``"security"``: a source's ``security`` mapping (the password by variable name)."""
     from airflow_provider_primus.process import StopRequested
+    from airflow_provider_primus.spec.kafka import KafkaSecurity
 
     args = json.loads(argv[0])
     fields = dict(args["world"])
@@ -170,7 +171,11 @@ def main(argv: list[str]) -> int:
     stop = StopRequested()
     sent = produce_live(
         World.from_defaults(**fields),
-        args["bootstrap"],
+        tool_client(
+            args["bootstrap"],
+            KafkaSecurity.model_validate(args["security"]) if args.get("security") else None,
+            owner="primus live producer",
+        ),
         args["topic"],
         Schedule(**args.get("schedule", {})),
         stop=lambda: stop.requested,

@@ -77,8 +77,10 @@ def provider_setting(key: str) -> str | None:
 
 
 def storage_environment(stored_job: Mapping[str, Any]) -> dict[str, str]:
-    """The environment carrying the ``aws`` connections the job's data document names, resolved
-    here (where Airflow is) for processes that cannot ask Airflow (``hooks/storage.py``)."""
+    """The environment carrying the ``aws`` and ``kafka`` connections the job's data document names,
+    resolved here (where Airflow is) for processes that cannot ask Airflow (``hooks/storage.py``,
+    ``hooks/kafka.py``)."""
+    from airflow_provider_primus.hooks.kafka import kafka_connection_environment, kafka_connection_ids
     from airflow_provider_primus.hooks.storage import (
         connection_environment,
         connection_ids,
@@ -89,8 +91,11 @@ def storage_environment(stored_job: Mapping[str, Any]) -> dict[str, str]:
     data_path = (stored_job.get("spec") or {}).get("data")
     if not data_path:
         return {}
-    ids = connection_ids(load_data_spec(Path(data_path)))
-    return connection_environment(resolve_connections(ids)) if ids else {}
+    spec = load_data_spec(Path(data_path))
+    ids = connection_ids(spec)
+    env = connection_environment(resolve_connections(ids)) if ids else {}
+    env.update(kafka_connection_environment(kafka_connection_ids(spec)))
+    return env
 
 
 class PrimusHook(BaseHook):

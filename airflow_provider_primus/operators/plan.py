@@ -63,6 +63,7 @@ class PrimusPlanDataOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow_provider_primus.data.cache import PlanCache
         from airflow_provider_primus.data.planner import PlanOptions, plan
+        from airflow_provider_primus.hooks.kafka import kafka_connections_in_environment
         from airflow_provider_primus.hooks.storage import connection_ids, resolve_connections
         from airflow_provider_primus.spec import load_data_spec
         from airflow_provider_primus.spec.data import Window
@@ -77,7 +78,9 @@ class PrimusPlanDataOperator(BaseOperator):
         cache = PlanCache(root / "plan-cache.sqlite")
         try:
             options = PlanOptions(workers=self.workers, cache=cache, credentials=credentials)
-            graph = plan(spec, window.start, window.end, options)
+            # Kafka sources' connections: in this process's environment while planning their offsets.
+            with kafka_connections_in_environment(spec):
+                graph = plan(spec, window.start, window.end, options)
         finally:
             cache.close()
         dag_id = context["dag"].dag_id if "dag" in context else "adhoc"

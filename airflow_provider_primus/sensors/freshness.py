@@ -24,6 +24,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_primus.data.sources.kafka import KafkaPlanError, consumer_lag
+from airflow_provider_primus.hooks.kafka import kafka_client_for
 from airflow_provider_primus.hooks.primus import JobRecord, PrimusHook
 from airflow_provider_primus.spec.errors import SpecError
 from airflow_provider_primus.spec.loader import load_data_spec
@@ -143,7 +144,7 @@ class StreamFreshnessSensor(BaseSensorOperator):
             assert source.group_id is not None  # checked by _kafka_source
             try:
                 per_partition = consumer_lag(
-                    bootstrap_servers=source.servers(),
+                    kafka=kafka_client_for(source),
                     topic=source.topic,
                     group_id=source.group_id,
                     timeout_ms=int(self.kafka_timeout_s * 1000),

@@ -15,6 +15,7 @@ from pydantic import Field, Strict, field_validator, model_validator
 
 from airflow_provider_primus.spec.base import NonEmptyStr, SourceName, StrictModel, UtcDatetime, as_utc
 from airflow_provider_primus.spec.errors import raise_issues, suggest
+from airflow_provider_primus.spec.kafka import KafkaSecurity
 from airflow_provider_primus.spec.schema import SourceSchema
 from airflow_provider_primus.spec.storage import ObjectStorage, storage_issues
 
@@ -162,7 +163,8 @@ class KafkaSource(StrictModel):
 
     name: SourceName
     type: Literal["kafka"]
-    bootstrap_servers: str
+    # Required unless ``connection`` names an Airflow connection whose extra has bootstrap.servers.
+    bootstrap_servers: str | None = None
     topic: TopicName
     value_format: Literal["json"] = "json"
     event_time_field: NonEmptyStr
@@ -175,11 +177,20 @@ class KafkaSource(StrictModel):
     # or go on from the partition's earliest or latest offset with the records skipped counted in
     # the job's events and status. Never a silent jump.
     offset_reset: Literal["fail", "earliest", "latest"] = "fail"
+    # How every client of this source reaches a secured cluster (the stream, offset commits, the
+    # dead-letter producer, the planner): protocol, SASL user, the *name* of the password's variable,
+    # TLS files. Or ``connection``: an Airflow ``kafka`` connection id whose extra is the client config
+    # (resolved by the operators when a DAG runs the job). Never both.
+    security: KafkaSecurity | None = None
+    connection: NonEmptyStr | None = None
+    client_id: NonEmptyStr | None = None  # default: primus-<role>-<source>, per client
     schema_: SourceSchema = Field(alias="schema")
 
     @field_validator("bootstrap_servers")
     @classmethod
-    def _servers_parse(cls, value: str) -> str:
+    def _servers_parse(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         bad = []
         for entry in value.split(","):
             match = _HOST_PORT.fullmatch(entry.strip())
@@ -205,6 +216,24 @@ class KafkaSource(StrictModel):
         return value
 
     @model_validator(mode="after")
+    def _one_place_for_client_settings(self) -> KafkaSource:
+        if self.connection is not None and self.security is not None:
+            raise_issues(
+                [
+                    (
+                        ("security",),
+                        f"not allowed with 'connection': Airflow connection {self.connection!r} carries "
+                        "the client settings (its extra); drop one of them",
+                    )
+                ]
+            )
+        if self.bootstrap_servers is None and self.connection is None:
+            raise_issues(
+                [(("bootstrap_servers",), "required (unless 'connection' names an Airflow kafka connection)")]
+            )
+        return self
+
+    @model_validator(mode="after")
     def _stream_never_fails_on_a_message(self) -> KafkaSource:
         # A stream must not stop on one incomplete event: a message without a label is always
         # dead-lettered (the stream's "drop and count"), so ``fail`` could never apply here.
@@ -221,8 +250,13 @@ class KafkaSource(StrictModel):
         return self
 
     def servers(self) -> list[str]:
-        """``bootstrap_servers`` as the list Kafka clients take."""
-        return [entry.strip() for entry in self.bootstrap_servers.split(",")]
+        """``bootstrap_servers`` as the list Kafka clients take (empty when a connection gives them:
+        clients are made from ``data/sources/kafka_client.py``, which resolves it)."""
+        return [entry.strip() for entry in (self.bootstrap_servers or "").split(",") if entry.strip()]
+
+    def where(self) -> str:
+        """The servers, or the connection that names them, for messages."""
+        return self.bootstrap_servers or f"(Airflow connection {self.connection!r})"
 
     def columns(self) -> list[str]:
         return self.schema_.columns()

@@ -13,9 +13,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.structs import OffsetAndMetadata
 
+from airflow_provider_primus.data.sources.kafka_client import consumer, permanent_failure
 from airflow_provider_primus.spec.sources import KafkaSource
 from airflow_provider_primus.training.reconnect import (
     RECONNECT_BACKOFF_MAX_MS,
@@ -81,8 +82,8 @@ class OffsetCommitter:
     def _commit(self, offsets: Mapping[int, int], timeout_ms: int) -> bool:
         try:
             if self._consumer is None:
-                self._consumer = KafkaConsumer(
-                    bootstrap_servers=self.source.servers(),
+                self._consumer = consumer(
+                    self.source,
                     group_id=self.source.group_id,
                     enable_auto_commit=False,
                     request_timeout_ms=REQUEST_TIMEOUT_MS,
@@ -98,6 +99,10 @@ class OffsetCommitter:
             )
             return True
         except Exception as exc:
+            refused = permanent_failure(self.source, exc)
+            if refused is not None:  # the stream itself reports it; the commit is only a mirror
+                log.error("stream %s: committing offsets failed: %s", self.source.name, refused)
+                return False
             if not retriable(exc):
                 log.exception("stream %s: committing offsets failed", self.source.name)
                 return False

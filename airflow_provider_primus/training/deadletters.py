@@ -10,9 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kafka import KafkaProducer
-
 from airflow_provider_primus.data.sources.kafka import ensure_topic
+from airflow_provider_primus.data.sources.kafka_client import producer
 from airflow_provider_primus.spec.sources import KafkaSource
 
 log = logging.getLogger(__name__)
@@ -44,10 +43,8 @@ class DeadLetters:
         if not self.enabled:
             return
         if self._producer is None:
-            ensure_topic(self.source.servers(), self.topic)
-            self._producer = KafkaProducer(
-                bootstrap_servers=self.source.servers(), client_id=f"primus-dlq-{self.source.name}"
-            )
+            ensure_topic(self.source, self.topic)
+            self._producer = producer(self.source, client_id=f"primus-dlq-{self.source.name}")
         headers = [
             ("primus.error", reason.encode()[:1000]),
             ("primus.source", self.source.name.encode()),

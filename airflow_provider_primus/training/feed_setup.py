@@ -12,11 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from kafka import KafkaConsumer
-
 from airflow_provider_primus.credentials import new_token
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import plan
+from airflow_provider_primus.data.sources.kafka_client import consumer as kafka_consumer
 from airflow_provider_primus.spec.data import PrimusData
 from airflow_provider_primus.spec.sources import FileSource, KafkaSource
 from airflow_provider_primus.spec.training import TrainingSpec, replay_source
@@ -74,7 +73,7 @@ def share(tasks: list[Task], rank: int, world: int) -> list[Task]:
 
 
 def stream_partitions(source: KafkaSource) -> list[int]:
-    consumer: Any = KafkaConsumer(bootstrap_servers=source.servers(), client_id="primus-meta")
+    consumer: Any = kafka_consumer(source, client_id="primus-meta")
     try:
         return sorted(consumer.partitions_for_topic(source.topic) or [])
     finally:

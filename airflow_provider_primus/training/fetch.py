@@ -22,6 +22,7 @@ from typing import Any
 from kafka import TopicPartition
 from kafka.errors import OffsetOutOfRangeError
 
+from airflow_provider_primus.data.sources.kafka_client import permanent_failure
 from airflow_provider_primus.spec.sources import KafkaSource
 from airflow_provider_primus.training.offsets import (
     lost_reason,
@@ -94,6 +95,9 @@ class Fetcher:
                 except OffsetOutOfRangeError as exc:
                     self._out_of_range(exc, polled)
                 except Exception as exc:
+                    refused = permanent_failure(self.source, exc)
+                    if refused is not None:  # a wrong password is not an outage to wait out
+                        raise refused from None
                     if not retriable(exc):
                         raise
                     self._set_available(False, exc)

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafka import KafkaConsumer
-
 from airflow_provider_primus.data.sources.kafka import resolve_offsets
+from airflow_provider_primus.data.sources.kafka_client import consumer
 from airflow_provider_primus.spec.sources import KafkaSource
 from airflow_provider_primus.training.reconnect import RECONNECT_BACKOFF_MAX_MS, REQUEST_TIMEOUT_MS
 
@@ -36,8 +35,8 @@ class StreamOffsetLost(RuntimeError):
 
 
 def new_consumer(source: KafkaSource, max_poll_records: int) -> Any:
-    return KafkaConsumer(
-        bootstrap_servers=source.servers(),
+    return consumer(
+        source,
         group_id=source.group_id,
         enable_auto_commit=False,
         # Never jump silently: an offset that no longer exists is handled by offset_reset.
@@ -54,7 +53,7 @@ def new_consumer(source: KafkaSource, max_poll_records: int) -> Any:
 def planned_start(source: KafkaSource) -> dict[int, int]:
     """Per partition, where the source's start policy begins (no checkpoint to resume from)."""
     planned = resolve_offsets(
-        bootstrap_servers=source.bootstrap_servers,
+        kafka=source,
         topic=source.topic,
         start_policy=source.start.policy,
         start_timestamp=source.start.timestamp,

@@ -3,6 +3,9 @@
 A bounded window [start, end) becomes, per partition, [offset of the first record at or after
 start, offset of the first record at or after end) via the broker's offsets-for-times (ListOffsets
 with a timestamp); an open-ended plan starts where the source's start policy says and has no end.
+
+Every client here is made by ``kafka_client.py`` from a source (its security settings) or from plain
+bootstrap servers (the embedded broker).
 """
 
 from __future__ import annotations
@@ -11,9 +14,13 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
+
+from airflow_provider_primus.data.sources.kafka_client import KafkaTarget, admin_client, kafka_client
+from airflow_provider_primus.data.sources.kafka_client import consumer as _consumer
+from airflow_provider_primus.data.sources.kafka_client import producer as _producer
 
 
 class KafkaPlanError(RuntimeError):
@@ -26,7 +33,7 @@ def _ms(t: datetime) -> int:
 
 def resolve_offsets(
     *,
-    bootstrap_servers: str,
+    kafka: KafkaTarget,
     topic: str,
     start_policy: str,
     start_timestamp: datetime | None,
@@ -35,9 +42,11 @@ def resolve_offsets(
     window_end: datetime | None,
     timeout_ms: int = 30_000,
 ) -> list[tuple[int, int, int | None]]:
-    """[(partition, start_offset, end_offset | None)] in partition order."""
-    consumer: Any = KafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
+    """[(partition, start_offset, end_offset | None)] in partition order. ``kafka``: the source (its
+    client settings) or plain bootstrap servers."""
+    client = kafka_client(kafka)
+    consumer: Any = _consumer(
+        client,
         group_id=group_id if start_policy == "committed" else None,
         enable_auto_commit=False,
         request_timeout_ms=timeout_ms + 1000,
@@ -46,7 +55,7 @@ def resolve_offsets(
     try:
         parts = consumer.partitions_for_topic(topic)
         if not parts:
-            raise KafkaPlanError(f"topic {topic!r} does not exist on {bootstrap_servers}")
+            raise KafkaPlanError(f"topic {topic!r} does not exist on {client.servers}")
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         beginning = consumer.beginning_offsets(tps)
         end = consumer.end_offsets(tps)
@@ -80,10 +89,10 @@ def resolve_offsets(
         consumer.close()
 
 
-def produce(bootstrap_servers: str | list[str], topic: str, values: Iterable[bytes]) -> int:
+def produce(kafka: KafkaTarget, topic: str, values: Iterable[bytes]) -> int:
     """Send ``values`` to ``topic`` and wait until the broker has them all; raises the first send
     error, so a broker that refused records is never reported as a success. Returns the count."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=5)
+    producer = _producer(kafka, linger_ms=5)
     errors: list[BaseException] = []
     sent = 0
     try:
@@ -99,13 +108,13 @@ def produce(bootstrap_servers: str | list[str], topic: str, values: Iterable[byt
 
 
 def ensure_topic(
-    bootstrap_servers: str | list[str],
+    kafka: KafkaTarget,
     topic: str,
     partitions: int = 1,
     configs: Mapping[str, str] | None = None,
 ) -> bool:
     """Create ``topic`` (replication factor 1) unless it exists; True when this call created it."""
-    admin: Any = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="primus-admin")
+    admin: Any = admin_client(kafka, client_id="primus-admin")
     try:
         if topic in admin.list_topics():
             return False
@@ -129,7 +138,7 @@ def ensure_topic(
 
 def consumer_lag(
     *,
-    bootstrap_servers: str | list[str],
+    kafka: KafkaTarget,
     topic: str,
     group_id: str,
     timeout_ms: int = 10_000,
@@ -140,8 +149,9 @@ def consumer_lag(
     unconsumed; counting from 0 would include records retention already deleted). The consumer never
     subscribes, so asking does not join the group or move its offsets.
     """
-    consumer: Any = KafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
+    client = kafka_client(kafka)
+    consumer: Any = _consumer(
+        client,
         group_id=group_id,
         enable_auto_commit=False,
         request_timeout_ms=timeout_ms,
@@ -150,7 +160,7 @@ def consumer_lag(
     try:
         parts = consumer.partitions_for_topic(topic)
         if not parts:
-            raise KafkaPlanError(f"topic {topic!r} does not exist on {bootstrap_servers}")
+            raise KafkaPlanError(f"topic {topic!r} does not exist on {client.servers}")
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         end = consumer.end_offsets(tps, timeout_ms=timeout_ms)
         beginning = consumer.beginning_offsets(tps, timeout_ms=timeout_ms)

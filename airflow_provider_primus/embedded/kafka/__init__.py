@@ -1,6 +1,6 @@
 """A real Apache Kafka broker (single KRaft node) for development and tests."""
 
-from airflow_provider_primus.embedded.kafka.broker import BrokerState, EmbeddedKafka
+from airflow_provider_primus.embedded.kafka.broker import BrokerState, EmbeddedKafka, SecuredListener
 from airflow_provider_primus.embedded.kafka.distribution import (
     DEFAULT_KAFKA_VERSION,
     KafkaDistribution,
@@ -14,5 +14,6 @@ __all__ = [
     "EmbeddedKafka",
     "KafkaDistribution",
     "KafkaDistributionError",
+    "SecuredListener",
     "ensure_distribution",
 ]

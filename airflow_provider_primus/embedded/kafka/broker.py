@@ -11,7 +11,10 @@ actual group, offset and retention behaviour. Lifecycle guarantees:
 * stop sends SIGTERM to the broker's process group, waits for a clean shutdown, then SIGKILL;
 * the data survive a stop: started again on the same work dir, the broker keeps its cluster id,
   topics and offsets (and its ports where they are free), so a consumer's checkpointed offsets still
-  name the same records. Only an empty directory is formatted; ``reset=True`` wipes it first.
+  name the same records. Only an empty directory is formatted; ``reset=True`` wipes it first;
+* optionally (``secured=SecuredListener()``) a SASL_SSL listener with SCRAM beside the PLAINTEXT one,
+  with a CA and broker certificate generated for the work dir (``tls.py``) and the SCRAM user created
+  through the admin API, so clients are tested the way they meet a secured cluster.
 """
 
 from __future__ import annotations
@@ -20,17 +23,19 @@ import base64
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from airflow_provider_primus.embedded.kafka.distribution import KafkaDistribution
+from airflow_provider_primus.embedded.kafka.tls import BrokerTls, ensure_broker_tls
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 
 LOOPBACK = "127.0.0.1"
@@ -40,6 +45,26 @@ INSTANCE_PROPERTY = "primus.embedded.kafka"
 
 class BrokerError(RuntimeError):
     """The broker could not start or stop; the message carries the tail of its log."""
+
+
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class SecuredListener:
+    """A SASL_SSL listener with one SCRAM user, beside the PLAINTEXT one (which stays the broker's
+    own, for inter-broker traffic and the readiness probe). The password is random unless given and
+    never shows in a repr or the state file."""
+
+    username: str = "primus"
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(18), repr=False)
+    mechanism: str = "SCRAM-SHA-256"
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in SCRAM_MECHANISMS:
+            raise ValueError(
+                f"mechanism must be one of {', '.join(SCRAM_MECHANISMS)} (got {self.mechanism!r})"
+            )
 
 
 @dataclass(frozen=True)
@@ -54,6 +79,12 @@ class BrokerState:
     cluster_id: str
     instance: str
     startup_seconds: float
+    # The secured listener, when there is one: where it is, the CA that signed its certificate, and
+    # the SASL mechanism and user (the password is the SecuredListener's, never written here).
+    secured_bootstrap_servers: str | None = None
+    ca_file: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -77,18 +108,49 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def secured_properties(port: int, tls: BrokerTls, mechanism: str) -> dict[str, str]:
+    """The SASL_SSL listener's settings: PEM stores (Kafka 4 reads them as they are) and SCRAM."""
+    prefix = "listener.name.sasl_ssl"
+    return {
+        "sasl.enabled.mechanisms": mechanism,
+        f"{prefix}.sasl.enabled.mechanisms": mechanism,
+        f"{prefix}.{mechanism.lower()}.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        ),
+        f"{prefix}.ssl.keystore.type": "PEM",
+        f"{prefix}.ssl.keystore.location": str(tls.keystore_file),
+        f"{prefix}.ssl.truststore.type": "PEM",
+        f"{prefix}.ssl.truststore.location": str(tls.ca_file),
+        f"{prefix}.ssl.client.auth": "none",
+    }
+
+
 def server_properties(
-    *, port: int, controller_port: int, log_dir: Path, extra: dict[str, str] | None = None
+    *,
+    port: int,
+    controller_port: int,
+    log_dir: Path,
+    extra: dict[str, str] | None = None,
+    secured_port: int | None = None,
+    secured: dict[str, str] | None = None,
 ) -> dict[str, str]:
+    """``secured_port``/``secured``: a SASL_SSL listener and its settings (``secured_properties``)."""
+    listeners = f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}"
+    advertised = f"PLAINTEXT://{LOOPBACK}:{port}"
+    protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if secured_port is not None:
+        listeners += f",SASL_SSL://{LOOPBACK}:{secured_port}"
+        advertised += f",SASL_SSL://{LOOPBACK}:{secured_port}"
+        protocols += ",SASL_SSL:SASL_SSL"
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
-        "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
+        "listeners": listeners,
+        "advertised.listeners": advertised,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": protocols,
         "log.dirs": str(log_dir),
         "num.partitions": "1",
         "default.replication.factor": "1",
@@ -106,6 +168,7 @@ def server_properties(
         "log.retention.hours": "168",
         "log.segment.bytes": str(64 * 1024 * 1024),
     }
+    props.update(secured or {})
     props.update(extra or {})
     return props
 
@@ -124,8 +187,9 @@ def _java_executable() -> str:
     return java
 
 
-def broker_answers(bootstrap_servers: str, timeout_s: float = 5.0) -> bool:
-    """An admin metadata call: the proof that the broker serves clients, not only that a port is open."""
+def broker_answers(bootstrap_servers: str, timeout_s: float = 5.0, **client: Any) -> bool:
+    """An admin metadata call: the proof that the broker serves clients, not only that a port is open.
+    ``client``: further kafka-python settings (a secured listener's)."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaConfigurationError, KafkaError
 
@@ -134,6 +198,7 @@ def broker_answers(bootstrap_servers: str, timeout_s: float = 5.0) -> bool:
             bootstrap_servers=bootstrap_servers,
             request_timeout_ms=int(timeout_s * 1000),
             client_id="primus-readiness",
+            **client,
         )
     except KafkaConfigurationError:
         raise
@@ -195,9 +260,11 @@ class EmbeddedKafka:
         instance: str = "dev",
         extra_properties: dict[str, str] | None = None,
         reset: bool = False,
+        secured: SecuredListener | None = None,
     ) -> None:
         """``reset`` deletes the work dir's log data before starting; without it a broker started
-        again on the same work dir keeps its topics and offsets (consumers resume where they were)."""
+        again on the same work dir keeps its topics and offsets (consumers resume where they were).
+        ``secured``: also serve SASL_SSL with SCRAM on another loopback port (off by default)."""
         self.dist = dist
         self.reset = reset
         self.workdir = Path(workdir)
@@ -206,6 +273,7 @@ class EmbeddedKafka:
         self.heap = heap
         self.instance = instance
         self.extra_properties = extra_properties or {}
+        self.secured = secured
         self.process: subprocess.Popen[bytes] | None = None
         self.state: BrokerState | None = None
 
@@ -271,11 +339,25 @@ class EmbeddedKafka:
         controller_port = _reuse(previous.get("controller_port"), avoid=port) or free_port()
         while controller_port == port:
             controller_port = free_port()
+        secured_port: int | None = None
+        secured_props: dict[str, str] | None = None
+        tls: BrokerTls | None = None
+        if self.secured is not None:
+            secured_port = _reuse(previous.get("secured_port"), avoid=port) or free_port()
+            while secured_port in (port, controller_port):
+                secured_port = free_port()
+            tls = ensure_broker_tls(self.workdir / "tls")
+            secured_props = secured_properties(secured_port, tls, self.secured.mechanism)
         props_file = self.workdir / "server.properties"
         _write_properties(
             props_file,
             server_properties(
-                port=port, controller_port=controller_port, log_dir=data_dir, extra=self.extra_properties
+                port=port,
+                controller_port=controller_port,
+                log_dir=data_dir,
+                extra=self.extra_properties,
+                secured_port=secured_port,
+                secured=secured_props,
             ),
         )
         (self.workdir / "log4j2.properties").write_text(
@@ -323,6 +405,10 @@ class EmbeddedKafka:
                 raise BrokerError(f"broker not ready after {timeout_s:.0f}s:\n{self.log_tail()}")
             time.sleep(delay)  # waiting on another process's listener: nothing to block on
             delay = min(delay * 2, 0.5)
+        secured_bootstrap = None
+        if self.secured is not None and secured_port is not None and tls is not None:
+            secured_bootstrap = f"{LOOPBACK}:{secured_port}"
+            self._add_scram_user(bootstrap, secured_bootstrap, tls, deadline)
         self.state = BrokerState(
             pid=self.process.pid,
             bootstrap_servers=bootstrap,
@@ -332,12 +418,63 @@ class EmbeddedKafka:
             cluster_id=cluster_id,
             instance=self.instance,
             startup_seconds=round(time.monotonic() - started, 2),
+            secured_bootstrap_servers=secured_bootstrap,
+            ca_file=str(tls.ca_file) if tls is not None else None,
+            sasl_mechanism=self.secured.mechanism if self.secured is not None else None,
+            sasl_username=self.secured.username if self.secured is not None else None,
         )
         self.state_file.write_text(self.state.to_json())
-        self.cluster_file.write_text(
-            json.dumps({"cluster_id": cluster_id, "port": port, "controller_port": controller_port})
-        )
+        ports = {"port": port, "controller_port": controller_port, "secured_port": secured_port}
+        self.cluster_file.write_text(json.dumps({"cluster_id": cluster_id, **ports}))
         return self.state
+
+    def secured_client(self) -> dict[str, Any]:
+        """kafka-python settings that reach the secured listener as its SCRAM user (tests, tools)."""
+        if self.state is None or self.secured is None or self.state.secured_bootstrap_servers is None:
+            raise BrokerError("no secured listener: start the broker with secured=SecuredListener()")
+        return {
+            "bootstrap_servers": self.state.secured_bootstrap_servers,
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": self.secured.mechanism,
+            "sasl_plain_username": self.secured.username,
+            "sasl_plain_password": self.secured.password,
+            "ssl_cafile": self.state.ca_file,
+        }
+
+    def _add_scram_user(
+        self, bootstrap: str, secured_bootstrap: str, tls: BrokerTls, deadline: float
+    ) -> None:
+        """Create (or update) the SCRAM user over the PLAINTEXT listener, then wait until the secured
+        listener accepts it: credentials travel through the metadata log, so they are not usable at
+        once. Idempotent, so a restarted broker (or a changed password) needs no reformat."""
+        from kafka import KafkaAdminClient
+        from kafka.admin import UserScramCredentialUpsertion
+
+        assert self.secured is not None
+        admin: Any = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="primus-scram-setup")
+        try:
+            upsert = UserScramCredentialUpsertion(
+                self.secured.username, self.secured.mechanism, self.secured.password
+            )
+            failed = admin.alter_user_scram_credentials([upsert]).get(self.secured.username)
+        finally:
+            admin.close()
+        if failed:
+            raise BrokerError(f"creating SCRAM user {self.secured.username!r} failed: {failed}")
+        client = {
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": self.secured.mechanism,
+            "sasl_plain_username": self.secured.username,
+            "sasl_plain_password": self.secured.password,
+            "ssl_cafile": str(tls.ca_file),
+        }
+        delay = 0.05
+        while not broker_answers(secured_bootstrap, timeout_s=5.0, **client):
+            if time.monotonic() > deadline:
+                self._kill()
+                raise BrokerError(f"secured listener not ready for its SCRAM user:\n{self.log_tail()}")
+            time.sleep(delay)  # the user's credential reaches the listener through the metadata log
+            delay = min(delay * 2, 0.5)
 
     def _previous_cluster(self) -> dict[str, Any]:
         """Ports and id of the broker that last ran on this work dir (kept across ``stop``)."""

@@ -1,0 +1,106 @@
+"""A certificate authority and a broker certificate for the embedded broker's secured listener.
+
+Generated per work dir, in PEM, because Kafka 4 reads PEM key and trust stores directly
+(``ssl.keystore.type=PEM``): no keytool, no JKS passwords. The broker certificate names 127.0.0.1 and
+localhost, so clients verify the hostname as they would against a real cluster. The private keys are
+written 0600 and never leave the work dir.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+from ipaddress import IPv4Address
+from pathlib import Path
+
+__all__ = ["BrokerTls", "ensure_broker_tls"]
+
+
+@dataclass(frozen=True)
+class BrokerTls:
+    """Where the CA certificate (for clients' ``ssl_cafile``), the broker's key store (key and chain
+    in one PEM file) and the broker's certificate are."""
+
+    ca_file: Path
+    keystore_file: Path
+    cert_file: Path
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def ensure_broker_tls(folder: Path, *, days: int = 30) -> BrokerTls:
+    """The CA and broker certificate under ``folder``, generated once (a restarted broker keeps the
+    certificate its clients already trust)."""
+    tls = BrokerTls(folder / "ca.pem", folder / "broker-keystore.pem", folder / "broker-cert.pem")
+    if all(p.is_file() for p in (tls.ca_file, tls.keystore_file, tls.cert_file)):
+        return tls
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    folder.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)  # tolerate a little clock skew
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "primus embedded kafka test CA")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(IPv4Address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    key_pem = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    cert_pem = cert.public_bytes(pem)
+    ca_pem = ca_cert.public_bytes(pem)
+    _write_private(tls.keystore_file, key_pem + cert_pem + ca_pem)
+    tls.cert_file.write_bytes(cert_pem)
+    tls.ca_file.write_bytes(ca_pem)  # written last: its presence means the set is complete
+    return tls

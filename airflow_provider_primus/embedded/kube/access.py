@@ -108,6 +108,8 @@ def write_credentials(pki: Path) -> tuple[Path, Path, Path, Path, Path]:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+    from airflow_provider_primus.embedded.certs import ca_certificate
+
     pki.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     not_before, not_after = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=365)
@@ -118,27 +120,7 @@ def write_credentials(pki: Path) -> tuple[Path, Path, Path, Path, Path]:
         )
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "primus-embedded-kube-ca")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )  # fmt: skip
+    ca_cert = ca_certificate(ca_key, "primus-embedded-kube-ca", not_before, not_after)
 
     key = ec.generate_private_key(ec.SECP256R1())
     sans: list[x509.GeneralName] = [
@@ -158,7 +140,7 @@ def write_credentials(pki: Path) -> tuple[Path, Path, Path, Path, Path]:
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
+        .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(not_before)

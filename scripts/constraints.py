@@ -69,7 +69,9 @@ def main() -> int:
         + "\n".join(dev_lines)
         + "\n"
     )
-    print(f"constraints.txt: {len(run_lines)} pins; constraints-dev.txt: {len(dev_lines)} pins", file=sys.stderr)
+    print(
+        f"constraints.txt: {len(run_lines)} pins; constraints-dev.txt: {len(dev_lines)} pins", file=sys.stderr
+    )
     return 0
 
 

@@ -23,6 +23,7 @@ import errno
 import hashlib
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -230,15 +231,44 @@ class Hierarchy:
     @staticmethod
     def remove(groups: Groups) -> None:
         for d in groups.dirs():
-            with contextlib.suppress(OSError):  # still populated, or already gone
-                d.rmdir()
+            _remove_when_empty(d)
 
     def close(self) -> None:
-        """Remove the job's directories once no executor is left in them (v1 only: v2 groups sit
-        directly under the delegated one)."""
+        """Remove the job's directories once no executor is left in them: the groups of executors
+        that ended (one the kernel was still tearing down when it was retired included), then the
+        job's own (v1 only: v2 groups sit directly under the delegated one)."""
         if self.version != 1:
             return
         for base in (self.cpu_base, self.memory_base):
-            if base is not None:
-                with contextlib.suppress(OSError):
-                    base.rmdir()
+            if base is None or not base.is_dir():
+                continue
+            for child in base.iterdir():
+                if child.is_dir():
+                    _remove_when_empty(child)
+            _remove_when_empty(base)
+
+
+def _remove_when_empty(group: Path, wait_s: float = 1.0) -> None:
+    """rmdir a group holding no process; a process still exiting is waited for a moment (the
+    kernel refuses with EBUSY until it is gone). A group in use, or already gone, is left alone."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline or _in_use(group):
+                return
+        time.sleep(0.05)
+
+
+def _in_use(group: Path) -> bool:
+    """Processes in it, or groups below it: nothing to wait for, it stays."""
+    try:
+        if (group / "cgroup.procs").read_text().split():
+            return True
+        return any(child.is_dir() for child in group.iterdir())
+    except OSError:
+        return False

@@ -89,7 +89,9 @@ def test_backfilled_windows_join_the_streaming_job(tmp_path: Path, kafka_dist: o
             shutil.copyfile(shot, REPO / "docs" / "images" / shot.name)
         # What the demo shows: freshness in seconds, both AUCs, the burst's scale-up then scale-down
         # (the trainer's CPU), the windows in time order on the page.
-        deadline = time.monotonic() + 150
+        # The scale-down waits for the trainer to idle: after the burst, and after the backfilled
+        # windows (data executors serving history protect a waiting trainer's CPU) are consumed.
+        deadline = time.monotonic() + 300
         while missing := missing_from_showcase(stack.summary(), stack.plugin_page()[1]):
             assert time.monotonic() < deadline, f"the demo does not show: {missing}"
             time.sleep(5)

@@ -19,7 +19,7 @@ from airflow_provider_primus.master.jobs import wait_for
 from airflow_provider_primus.paths import primus_home
 from airflow_provider_primus.spec.status import TERMINAL
 from tests.s3_helpers import admin_fs, aws_connection, new_bucket
-from tests.training.conftest import SCHEMA, T0, events
+from tests.training.conftest import T0, events, history_source
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(300)]
 
@@ -41,16 +41,9 @@ def test_a_dags_job_reads_the_object_store_with_its_connection_and_never_shows_t
         "spec": {
             "window": {"start": T0.isoformat(), "end": (T0 + timedelta(hours=hours)).isoformat()},
             "sources": [
-                {
-                    "name": "history",
-                    "type": "files",
-                    "format": "parquet",
-                    "uri": f"s3://{root}/store",
-                    "path_template": "{date}/{hour}",
-                    "granularity": "hour",
-                    "storage": {"credentials": {"connection": "lake_s3"}},
-                    "schema": SCHEMA,
-                }
+                history_source(
+                    tmp_path, uri=f"s3://{root}/store", storage={"credentials": {"connection": "lake_s3"}}
+                )
             ],
         },
     }

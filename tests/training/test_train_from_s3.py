@@ -20,7 +20,7 @@ from airflow_provider_primus.spec.loader import load_training_spec
 from airflow_provider_primus.training.object_checkpoints import latest_object_snapshot
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
 from tests.s3_helpers import KEY_ENV, SECRET_ENV, admin_fs, new_bucket, storage
-from tests.training.conftest import SCHEMA, T0, events
+from tests.training.conftest import T0, events, history_source
 
 pytestmark = pytest.mark.s3
 
@@ -50,18 +50,7 @@ def test_train_a_window_from_s3_without_leaking_the_secret(
         "spec": {
             "window": {"start": T0.isoformat(), "end": (T0 + timedelta(hours=HOURS)).isoformat()},
             "planning": {"target_rows_per_task": 2000, "min_rows_per_task": 1000},
-            "sources": [
-                {
-                    "name": "history",
-                    "type": "files",
-                    "format": "parquet",
-                    "uri": f"s3://{root}/store",
-                    "path_template": "{date}/{hour}",
-                    "granularity": "hour",
-                    "storage": section,
-                    "schema": SCHEMA,
-                }
-            ],
+            "sources": [history_source(tmp_path, uri=f"s3://{root}/store", storage=section)],
             "mixture": [{"source": "history", "weight": 1.0}],
         },
     }

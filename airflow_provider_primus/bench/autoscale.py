@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import logging
 import shutil
 import tempfile
 import threading
@@ -34,6 +35,9 @@ from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import SqliteJobStore
 from airflow_provider_primus.resources.telemetry import Sample
+
+# A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.
+log = logging.getLogger(__name__)
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 FILES_PER_HOUR = 2
@@ -312,9 +316,12 @@ def run(
     """``data_cpu``: the one data executor's starting CPU (the mis-sizing the autoscaler answers)."""
     root = Path(tempfile.mkdtemp(prefix="primus-bench-autoscale-", dir=workdir))
     try:
+        log.info("writing %d rows in %d files", rows, files)
         written = write_logs(root / "logs", rows, files)
         common = {"window_s": window_s, "cooldown_s": cooldown_s, "data_cpu": data_cpu}
+        log.info("the job with scaling off")
         off = run_job(root, files, written, scaling=False, **common)
+        log.info("the job with scaling on")
         on = run_job(root, files, written, scaling=True, **common)
     finally:
         shutil.rmtree(root, ignore_errors=True)

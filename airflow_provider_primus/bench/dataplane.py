@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import statistics
@@ -62,6 +63,9 @@ from airflow_provider_primus.data.tensors import to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 from airflow_provider_primus.spec import load_data_spec
+
+# A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.
+log = logging.getLogger(__name__)
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 SEED = 20261129
@@ -379,6 +383,7 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
     results: dict[str, list[_Variant]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(dir=workdir, prefix="primus-bench-dataplane-") as tmp:
         root = Path(tmp) / "store"
+        log.info("writing %d rows in %d files", rows, files)
         written = write_store(root, rows, files)
         spec_path = Path(tmp) / "data.yaml"
         spec_path.write_text(yaml.safe_dump(spec_document(root), sort_keys=False))
@@ -398,6 +403,7 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
         label_sum: int | None = None
         for r in range(rounds):
             for name in names[r % 3 :] + names[: r % 3]:
+                log.info("round %d/%d: %s", r + 1, rounds, name)
                 got = variants[name]()
                 _expect(name, got, planned, label_sum)
                 label_sum = got.label_sum

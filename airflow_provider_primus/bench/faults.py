@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import logging
 import os
 import random
 import signal
@@ -50,6 +51,9 @@ from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord, SqliteJobStore, modify
 from airflow_provider_primus.spec.status import TERMINAL
+
+# A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.
+log = logging.getLogger(__name__)
 
 JOB = "faults"
 KILLS = ("trainer", "data")
@@ -337,6 +341,7 @@ def run(
     results = []
     base = Path(tempfile.mkdtemp(prefix="primus-bench-faults-", dir=workdir))
     for i, plan in enumerate(plans):
+        log.info("trial %d/%d", i + 1, len(plans))
         results.append(run_trial(plan, base / f"trial-{i}"))
     recoveries = [r.recovery_s for r in results if r.recovery_s is not None]
     return {

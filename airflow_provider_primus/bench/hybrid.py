@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import statistics
 import tempfile
@@ -59,6 +60,9 @@ from airflow_provider_primus.spec.training import (
 from airflow_provider_primus.training.feeds import MemoryFeed
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
 from airflow_provider_primus.training.stream import StreamSource
+
+# A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.
+log = logging.getLogger(__name__)
 
 MODES = ("batch", "stream", "mixed")
 OLD_LOG_MODES = ("batch", "mixed")
@@ -130,6 +134,7 @@ def _run_mode(
         if record:
             steps.append(parts)
 
+    log.info("training %s (%s)", mode, workdir.name)
     options = TrainOptions(workdir=workdir / mode, mode=mode, trace=trace, resume=False)
     trainer = Trainer(data, training, options)
     result = trainer.run()
@@ -278,6 +283,7 @@ def run(
     )
     old_world = dataclasses.replace(world, start=world.start - timedelta(days=OLD_LOG_DAYS))
     with _broker(bootstrap_servers, root) as bootstrap:
+        log.info("publishing the click log")
         data, messages = _publish_world(world, root / "live", bootstrap, "clicks")
         old_data, _ = _publish_world(old_world, root / "old-log", bootstrap, "old-log")
         training = bench_training(batch_size, seed)
@@ -291,6 +297,7 @@ def run(
         recorded = results["mixed"].pop("_steps")
         # Paired and repeated: the two loops take seconds each, and a shared machine's noise between
         # two single runs is larger than the difference being measured.
+        log.info("the mixer against in-memory tensors")
         pairs = [
             (_from_memory(data, training, recorded, root), _through_mixer(data, training, recorded, root))
             for _ in range(3)
@@ -299,6 +306,7 @@ def run(
         mixer_steps_s = statistics.median(x for _, x in pairs)
         mixing_ratio = statistics.median(x / m for m, x in pairs)
         stream = next(s for s in data.spec.sources if isinstance(s, KafkaSource))
+        log.info("stream ingest against a bare consumer")
         ingest = _ingest(stream)
     for r in (*results.values(), *by_default.values(), *old_log.values()):
         r.pop("_steps", None)

@@ -19,6 +19,7 @@ Measured, side by side in one run:
 
 from __future__ import annotations
 
+import logging
 import shutil
 import statistics
 import tempfile
@@ -40,6 +41,9 @@ from airflow_provider_primus.kubernetes.submission import kube_master
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.spec.crd import API_VERSION, CRD_NAME, PLURAL, crd
+
+# A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.
+log = logging.getLogger(__name__)
 
 NAMESPACE = "bench"
 JOB = "bench-k8s"
@@ -107,6 +111,7 @@ def run(
     root = Path(tempfile.mkdtemp(prefix="primus-bench-k8s-", dir=workdir))
     binaries = ensure_binaries()
     cluster = KubeCluster(binaries, root / "cluster")
+    log.info("starting the control plane")
     state = cluster.start()
     master: Master | None = None
     thread: threading.Thread | None = None
@@ -128,6 +133,7 @@ def run(
         low_times, low_requests, low_rate = _idle(master, api, idle_passes)
 
         scale = resource_path(API_VERSION, PLURAL, NAMESPACE, JOB) + "/scale"
+        log.info("scaling to %d data pods", high)
         admin.patch(scale, {"spec": {"replicas": high}})
         up = _wait(
             f"{high} data pods running", lambda: _running_data(m) == high and _pods_running(m, high), 900
@@ -135,6 +141,7 @@ def run(
         time.sleep(settle_s)
         high_times, high_requests, high_rate = _idle(master, api, idle_passes)
 
+        log.info("scaling back to %d data pods", low)
         admin.patch(scale, {"spec": {"replicas": low}})
         down = _wait(
             f"back to {low} data pods", lambda: _running_data(m) == low and _pods_running(m, low), 600

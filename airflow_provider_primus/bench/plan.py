@@ -10,6 +10,7 @@ Separately: tasks per second planning a local tree of ``local_files`` files with
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import queue
@@ -31,6 +32,9 @@ from airflow_provider_primus.bench.delayed_fs import delayed_filesystem
 from airflow_provider_primus.data.cache import PlanCache
 from airflow_provider_primus.data.planner import PlanOptions, plan
 from airflow_provider_primus.spec import load_data_spec
+
+# A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.
+log = logging.getLogger(__name__)
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 SOURCES = ("clicks", "impressions")
@@ -96,6 +100,7 @@ def run(
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=workdir, prefix="primus-bench-plan-") as tmp:
         root = Path(tmp) / "store"
+        log.info("writing %d days of partitions", days)
         write_store(root, range(days), files)
         fs, handler = delayed_filesystem(delay_ms / 1000)
 
@@ -105,6 +110,7 @@ def run(
         spec = spec_for(root)
         end = START + timedelta(days=days)
 
+        log.info("planning serially")
         t0 = time.perf_counter()
         serial = plan(spec, START, end, PlanOptions(workers=1, filesystem=delayed))
         serial_s = time.perf_counter() - t0
@@ -115,6 +121,7 @@ def run(
         # (c) from a copy of the cache (b) left.
         parallel_times, incremental_times = [], []
         for i in range(parallel_runs):
+            log.info("planning in parallel, run %d/%d", i + 1, parallel_runs)
             cache_path = Path(tmp) / f"plan-cache-{i}.sqlite"
             cache = PlanCache(cache_path)
             handler.reset()
@@ -127,6 +134,7 @@ def run(
 
         write_store(root, range(days, days + 1), files)
         for i in range(incremental_runs):
+            log.info("planning incrementally, run %d/%d", i + 1, incremental_runs)
             copy = Path(tmp) / f"plan-cache-incremental-{i}.sqlite"
             shutil.copyfile(cache_path, copy)
             cache = PlanCache(copy)
@@ -150,6 +158,7 @@ def run(
         bare_pool_s(incremental_counts, workers, delay_s) for _ in range(incremental_runs)
     )
 
+    log.info("tasks/s on a local tree of %d files", local_files)
     local = local_tasks_per_second(local_files, workdir)
     return {
         "tasks": len(serial.tasks),

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_primus.cli.args import count_of
+from airflow_provider_primus.cli.progress import Bar, bench_stages, on_terminal
 
 
 def register(sub: Any) -> None:
@@ -126,21 +128,33 @@ def register(sub: Any) -> None:
     f.add_argument("--max-outage-s", type=float, default=15.0)
     f.add_argument("--workdir", type=Path, help="where trials build their worlds (default: system temp)")
     f.set_defaults(handler=run_faults)
+    for each in (p, d, h, a, k, f):
+        each.add_argument("--json", action="store_true", help="only the JSON line: no progress on a terminal")
+
+
+def _report(args: argparse.Namespace, measure: Callable[[], dict[str, Any]]) -> int:
+    """Run one benchmark, its stages drawn on a terminal, and print its one JSON line."""
+    bar = Bar(f"bench {args.bench_command}", enabled=on_terminal(args.json), counted=False)
+    with bar, bench_stages(bar):
+        result = measure()
+    print(json.dumps(result))
+    return 0
 
 
 def run_k8s(args: argparse.Namespace) -> int:
     from airflow_provider_primus.bench.k8s import run
 
-    result = run(
-        nodes=args.nodes,
-        low=args.low,
-        high=args.high,
-        idle_passes=args.idle_passes,
-        settle_s=args.settle_s,
-        workdir=args.workdir,
+    return _report(
+        args,
+        lambda: run(
+            nodes=args.nodes,
+            low=args.low,
+            high=args.high,
+            idle_passes=args.idle_passes,
+            settle_s=args.settle_s,
+            workdir=args.workdir,
+        ),
     )
-    print(json.dumps(result))
-    return 0
 
 
 def run_faults(args: argparse.Namespace) -> int:
@@ -149,78 +163,83 @@ def run_faults(args: argparse.Namespace) -> int:
     if not 0 <= args.min_outage_s <= args.max_outage_s:
         print("error: need 0 <= --min-outage-s <= --max-outage-s", file=sys.stderr)
         return 2
-    result = run(
-        trials=args.trials,
-        seed=args.seed,
-        min_outage_s=args.min_outage_s,
-        max_outage_s=args.max_outage_s,
-        workdir=args.workdir,
+    return _report(
+        args,
+        lambda: run(
+            trials=args.trials,
+            seed=args.seed,
+            min_outage_s=args.min_outage_s,
+            max_outage_s=args.max_outage_s,
+            workdir=args.workdir,
+        ),
     )
-    print(json.dumps(result))
-    return 0
 
 
 def run_autoscale(args: argparse.Namespace) -> int:
     from airflow_provider_primus.bench.autoscale import run
 
-    result = run(
-        rows=args.rows,
-        files=args.files,
-        window_s=args.window_s,
-        cooldown_s=args.cooldown_s,
-        workdir=args.workdir,
-        data_cpu=args.data_cpu,
+    return _report(
+        args,
+        lambda: run(
+            rows=args.rows,
+            files=args.files,
+            window_s=args.window_s,
+            cooldown_s=args.cooldown_s,
+            workdir=args.workdir,
+            data_cpu=args.data_cpu,
+        ),
     )
-    print(json.dumps(result))
-    return 0
 
 
 def run_plan(args: argparse.Namespace) -> int:
     from airflow_provider_primus.bench.plan import run
 
-    result = run(
-        days=args.days,
-        files=args.files,
-        delay_ms=args.delay_ms,
-        local_files=args.local_files,
-        workdir=args.workdir,
-        parallel_runs=args.parallel_runs,
-        incremental_runs=args.incremental_runs,
+    return _report(
+        args,
+        lambda: run(
+            days=args.days,
+            files=args.files,
+            delay_ms=args.delay_ms,
+            local_files=args.local_files,
+            workdir=args.workdir,
+            parallel_runs=args.parallel_runs,
+            incremental_runs=args.incremental_runs,
+        ),
     )
-    print(json.dumps(result))
-    return 0
 
 
 def run_dataplane(args: argparse.Namespace) -> int:
     from airflow_provider_primus.bench.dataplane import run
 
-    result = run(
-        rows=args.rows,
-        workdir=args.workdir,
-        batch_rows=args.batch_rows,
-        window=args.window,
-        credits=args.credits,
-        files=args.files,
-        rounds=args.rounds,
-        message_rows=args.message_rows,
+    return _report(
+        args,
+        lambda: run(
+            rows=args.rows,
+            workdir=args.workdir,
+            batch_rows=args.batch_rows,
+            window=args.window,
+            credits=args.credits,
+            files=args.files,
+            rounds=args.rounds,
+            message_rows=args.message_rows,
+        ),
     )
-    print(json.dumps(result))
-    return 0
 
 
 def run_hybrid(args: argparse.Namespace) -> int:
     from airflow_provider_primus.bench.hybrid import run
 
-    result = run(
-        history_days=args.history_days,
-        stream_days=args.stream_days,
-        rows_per_day=args.rows_per_day,
-        users=args.users,
-        items=args.items,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        bootstrap_servers=args.bootstrap_servers,
-        workdir=args.workdir,
+    return _report(
+        args,
+        lambda: run(
+            history_days=args.history_days,
+            stream_days=args.stream_days,
+            rows_per_day=args.rows_per_day,
+            users=args.users,
+            items=args.items,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            bootstrap_servers=args.bootstrap_servers,
+            workdir=args.workdir,
+        ),
     )
-    print(json.dumps(result))
-    return 0

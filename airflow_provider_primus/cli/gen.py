@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.cli.progress import Bar, on_terminal
+
 # Options named after World fields; they default to None, meaning "the demo world's value".
 WORLD_OPTIONS = (
     "history_days",
@@ -101,6 +103,9 @@ def register(sub: Any) -> None:
         "gets it (docs/kafka.md, Secured clusters)",
     )
     parser.add_argument("--rate", type=float, default=0.0, help="stream rows/s; 0 = as fast as possible")
+    parser.add_argument(
+        "--json", action="store_true", help="only the JSON summary, no progress on a terminal"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -164,12 +169,14 @@ def run(args: argparse.Namespace) -> int:
                 allow_bucket_creation=True,
             )
             fs.create_dir(root.split("/", 1)[0])  # the bucket, where the store allows it
-            files: list[Any] = write_history_to(world, fs, root)
+            with _bar("history days", world.history_days, args) as bar:
+                files: list[Any] = write_history_to(world, fs, root, on_day=lambda: bar.update(advance=1))
         except OSError as exc:
             print(f"error: writing the history to {args.out}: {exc}", file=sys.stderr)
             return 1
     else:
-        files = write_history(world, Path(args.out))
+        with _bar("history days", world.history_days, args) as bar:
+            files = write_history(world, Path(args.out), on_day=lambda: bar.update(advance=1))
     messages = None
     if args.bootstrap_servers:
         from kafka.errors import KafkaError
@@ -183,7 +190,15 @@ def run(args: argparse.Namespace) -> int:
                 KafkaSecurity.model_validate(kafka_security) if kafka_security else None,
                 owner="primus gen",
             )
-            messages = produce_stream(world, target, args.topic, rate=args.rate, partitions=args.partitions)
+            with _bar("stream rows", world.stream_days * world.rows_per_day, args) as bar:
+                messages = produce_stream(
+                    world,
+                    target,
+                    args.topic,
+                    rate=args.rate,
+                    partitions=args.partitions,
+                    on_rows=lambda n: bar.update(advance=n),
+                )
         except (KafkaError, KafkaAuthError, ValueError) as exc:
             print(f"error: producing to {args.bootstrap_servers}: {exc!r}", file=sys.stderr)
             return 1
@@ -199,6 +214,10 @@ def run(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary))
     return 0
+
+
+def _bar(what: str, total: int, args: argparse.Namespace) -> Bar:
+    return Bar(what, total=total, enabled=on_terminal(args.json))
 
 
 def _storage_section(args: argparse.Namespace) -> dict[str, Any]:

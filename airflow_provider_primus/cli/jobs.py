@@ -58,6 +58,11 @@ def register(sub: Any) -> None:
     run.add_argument("job", type=Path, help="the PrimusJob document (YAML or JSON)")
     run.add_argument("--replace", action="store_true", help="delete an ended job of the same name first")
     run.add_argument("--quiet", action="store_true", help="no live status line")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="only the final JSON line: no progress, no status lines on a terminal",
+    )
     _store_arg(run)
     run.set_defaults(handler=cmd_run)
 
@@ -230,16 +235,22 @@ def _line(status: dict[str, Any]) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.cli.progress import Bar, chatty, on_terminal
     from airflow_provider_primus.master.master import MasterError
     from airflow_provider_primus.spec import SpecError
 
     store = _store(args)
+    lines = not args.quiet and chatty(args.json)
     try:
         name, fresh = _submit(args, store)
+        bar = Bar(f"job {name}", enabled=on_terminal(args.json, disabled=args.quiet))
         last = [0.0]
 
         def show(status: dict[str, Any]) -> None:
-            if not args.quiet and time.monotonic() - last[0] >= 2.0:
+            if bar.enabled:
+                p = status.get("progress", {})
+                bar.update(completed=p.get("tasks_done") or 0, total=p.get("tasks"), detail=_line(status))
+            elif lines and time.monotonic() - last[0] >= 2.0:
                 print(_line(status), file=sys.stderr, flush=True)
                 last[0] = time.monotonic()
 
@@ -247,12 +258,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (SpecError, MasterError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(
-        f"job {name}: {'submitted' if fresh else 'master restarted'}; control API {master.api.url}",
-        file=sys.stderr,
-    )
+    if chatty(args.json):
+        print(
+            f"job {name}: {'submitted' if fresh else 'master restarted'}; control API {master.api.url}",
+            file=sys.stderr,
+        )
     try:
-        phase = master.run()
+        with bar:
+            phase = master.run()
     except KeyboardInterrupt:
         print(
             "interrupted: the job's executors keep running; `primus run` again re-adopts them",

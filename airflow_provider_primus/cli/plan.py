@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.cli.progress import Bar, chatty, on_terminal
 from airflow_provider_primus.paths import primus_home
 
 
@@ -34,6 +35,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--no-cache", action="store_true", help="list everything, use no cache")
     parser.add_argument("--refresh", action="store_true", help="list everything and refresh the cache")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument(
+        "--json", action="store_true", help="only the JSON summary: no progress, no warnings on a terminal"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -58,40 +62,31 @@ def run(args: argparse.Namespace) -> int:
         print("error: --end must be after --start", file=sys.stderr)
         return 2
     cache = None if args.no_cache else PlanCache(args.cache or primus_home() / "plan-cache.sqlite")
-    show = not args.no_progress and sys.stderr.isatty()
+    bar = Bar("planning", enabled=on_terminal(args.json, disabled=args.no_progress))
 
     def progress(p: Progress) -> None:
-        if show and p.partitions_total:
-            width = 30
-            filled = width * p.partitions_done // p.partitions_total
-            print(
-                f"\rplanning [{'#' * filled}{'.' * (width - filled)}] "
-                f"{p.partitions_done}/{p.partitions_total} partitions, {p.tasks} tasks",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
+        if p.partitions_total:
+            bar.update(completed=p.partitions_done, total=p.partitions_total, detail=f"{p.tasks} tasks")
 
     t0 = time.perf_counter()
     try:
-        graph = plan(
-            spec,
-            start,
-            end,
-            PlanOptions(workers=args.workers, cache=cache, refresh=args.refresh, progress=progress),
-        )
+        with bar:
+            graph = plan(
+                spec,
+                start,
+                end,
+                PlanOptions(workers=args.workers, cache=cache, refresh=args.refresh, progress=progress),
+            )
     except (MissingPartitionError, PlanCancelled, ValueError) as exc:
-        print(f"\nerror: {exc}" if show else f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("\nplanning cancelled", file=sys.stderr)
+        print("planning cancelled", file=sys.stderr)
         return 130
     finally:
         if cache is not None:
             cache.close()
-    if show:
-        print(file=sys.stderr)
-    for warning in graph.warnings:  # in the JSON too; here for a person reading the terminal
+    for warning in graph.warnings if chatty(args.json) else ():  # in the JSON too: for a person
         print(f"warning: {warning}", file=sys.stderr)
     summary = graph.summary()
     summary["wall_s"] = round(time.perf_counter() - t0, 3)

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from airflow_provider_primus.cli.progress import Bar, chatty, on_terminal
 from airflow_provider_primus.process import primus_command
 from airflow_provider_primus.training.options import COMMAND, TrainerExecutorOptions
 
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     from airflow_provider_primus.training.runtime import Trainer, TrainOptions, default_workdir
-    from airflow_provider_primus.training.summary import print_progress
+    from airflow_provider_primus.training.summary import print_progress, progress_line
     from airflow_provider_primus.training.trace import TraceWriter
 
     try:
@@ -108,6 +109,13 @@ def run(args: argparse.Namespace) -> int:
         world = args.trainers or training.spec.trainers
         if world > 1 and args.rank is None and args.dispatcher is None:
             return launch(args, world)
+        # Rank 0 reports for the job (the other ranks' stdout is discarded, their stderr is quiet).
+        bar = Bar("training", total=args.max_steps, enabled=on_terminal(args.json) and not args.rank)
+
+        def draw(summary: dict[str, Any]) -> None:
+            bar.update(completed=summary["steps"], detail=progress_line(summary))
+
+        progress = draw if bar.enabled else print_progress if chatty(args.json) and not args.rank else None
         trace_path = args.trace
         if world > 1 and trace_path is not None:  # one trace per trainer; "-" is rank 0's stdout
             if str(trace_path) == "-":
@@ -122,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
             max_steps=args.max_steps,
             passthrough=tuple(args.passthrough),
             resume=not args.fresh,
-            progress=None if args.rank else print_progress,
+            progress=progress,
+            progress_every_s=0.5 if bar.enabled else TrainOptions.progress_every_s,
             rank=args.rank or 0,
             world_size=world,
             dist_init=args.dist_init,
@@ -138,9 +147,12 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"primus train: mode {trainer.mode}, workdir {options.workdir}", file=sys.stderr, flush=True)
+    if chatty(args.json):
+        print(f"primus train: mode {trainer.mode}, workdir {options.workdir}", file=sys.stderr, flush=True)
     try:
-        result = trainer.run()
+        with bar:
+            result = trainer.run()
+            bar.update(completed=result["steps"])  # a short run ends before its first report
     except KeyboardInterrupt:
         print("interrupted; the newest checkpoint is kept", file=sys.stderr)
         return 130

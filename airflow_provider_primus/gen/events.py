@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -114,6 +114,7 @@ def produce_stream(
     rate: float = 0.0,
     dead_letter_every: int = 0,
     partitions: int = 1,
+    on_rows: Callable[[int], None] | None = None,
 ) -> int:
     """Produce the stream days to ``topic`` in :func:`iter_stream` order; the number of messages.
 
@@ -122,7 +123,8 @@ def produce_stream(
     ``dead_letter_every=N`` replaces messages N, 2N, ... (1-based, counted over the whole stream) with
     a truncated JSON text, a JSON array, and an object missing ``user_id``, in turn; each keeps its
     row's key and timestamp, so the count and the partitioning do not change. Raises the first send
-    error after flushing, so a broken broker is not reported as a success.
+    error after flushing, so a broken broker is not reported as a success. ``on_rows(n)``: n more
+    rows were handed to the producer (a progress display).
     """
     if rate < 0 or not math.isfinite(rate):
         raise ValueError(f"rate must be a finite number >= 0, got {rate}")
@@ -153,6 +155,8 @@ def produce_stream(
                     ahead = t0 + sent / rate - time.monotonic()
                     if ahead > 0:
                         time.sleep(ahead)
+            if on_rows is not None:
+                on_rows(table.num_rows)
         producer.flush()
     finally:
         producer.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ __all__ = ["DEFAULT_BOOTSTRAP", "hash_buckets", "write_data_spec", "write_histor
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
-def write_history(world: World, root: Path) -> list[Path]:
-    """Days ``0 .. history_days-1`` as ``root/history/{YYYY-MM-DD}/part-0.parquet`` + ``_SUCCESS``.
+def write_history(world: World, root: Path, on_day: Callable[[], None] | None = None) -> list[Path]:
+    """Days ``0 .. history_days-1`` as ``root/history/{YYYY-MM-DD}/part-0.parquet`` + ``_SUCCESS``;
+    ``on_day`` is called after each day is complete (a progress display).
 
     A stale marker from an earlier run is removed before its folder is rewritten, so a reader that
     trusts markers never sees one next to a half-written file.
@@ -43,6 +45,8 @@ def write_history(world: World, root: Path) -> list[Path]:
         # instead of training on the plausible but wrong values they decode to.
         pq.write_table(generate_day(world, day), path, write_page_checksum=True)
         marker.write_bytes(b"")
+        if on_day is not None:
+            on_day()
         paths.append(path)
     return paths
 
@@ -79,7 +83,9 @@ def _schema_section(world: World) -> dict[str, Any]:
     }
 
 
-def write_history_to(world: World, fs: pafs.FileSystem, root: str) -> list[str]:
+def write_history_to(
+    world: World, fs: pafs.FileSystem, root: str, on_day: Callable[[], None] | None = None
+) -> list[str]:
     """The same layout on any pyarrow filesystem (an object store: ``root`` is ``bucket/prefix``).
 
     Each object is one PUT (or a multipart upload), visible only when complete; the marker is
@@ -97,6 +103,8 @@ def write_history_to(world: World, fs: pafs.FileSystem, root: str) -> list[str]:
         with fs.open_output_stream(marker):
             pass
         paths.append(path)
+        if on_day is not None:
+            on_day()
     return paths
 
 

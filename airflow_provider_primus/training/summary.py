@@ -27,6 +27,7 @@ __all__ = [
     "merge_summaries",
     "model_digest",
     "print_progress",
+    "progress_line",
     "round_metric",
     "summarize",
 ]
@@ -216,11 +217,14 @@ def merge_summaries(
     return out
 
 
-def print_progress(summary: Mapping[str, Any]) -> None:
+def progress_line(summary: Mapping[str, Any]) -> str:
+    """A brief summary as one line: a log line, or the text beside a terminal's progress bar."""
     p = summary["progressive"]
-    print(
+    return (
         f"step {summary['steps']:>7}  trained {summary['rows_trained']}  auc {p['window_auc']}  "
-        f"freshness p99 {summary['freshness_s']['p99']}s  dead-lettered {summary['dead_lettered']}",
-        file=sys.stderr,
-        flush=True,
+        f"freshness p99 {summary['freshness_s']['p99']}s  dead-lettered {summary['dead_lettered']}"
     )
+
+
+def print_progress(summary: Mapping[str, Any]) -> None:
+    print(progress_line(summary), file=sys.stderr, flush=True)

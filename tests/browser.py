@@ -55,7 +55,7 @@ class _Session:
             self.events.append(json.loads(await asyncio.wait_for(self.ws.recv(), remaining)))
 
 
-async def _capture(debugger: str, url: str, token: str, out: Path) -> str:
+async def _capture(debugger: str, url: str, token: str, out: Path, expression: str) -> Any:
     async with websockets.connect(debugger, max_size=None) as ws:
         page = _Session(ws)
         await page.call("Page.enable")
@@ -66,16 +66,26 @@ async def _capture(debugger: str, url: str, token: str, out: Path) -> str:
         )
         await page.call("Page.navigate", url=url)
         await page.wait_event("Page.loadEventFired", 60)
-        text = await page.call("Runtime.evaluate", expression="document.body.innerText", returnByValue=True)
+        found = await page.call("Runtime.evaluate", expression=expression, returnByValue=True)
         shot = await page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(base64.b64decode(shot["data"]))
-        value: str = text["result"]["value"]
-        return value
+        if "exceptionDetails" in found:
+            raise RuntimeError(f"{expression}: {found['exceptionDetails']}")
+        return found["result"].get("value")
 
 
 def screenshot(url: str, token: str, out: Path, *, width: int = 1400, height: int = 1800) -> str:
     """The page's visible text; its screenshot is written to ``out``."""
+    text: str = evaluate(url, token, out, "document.body.innerText", width=width, height=height)
+    return text
+
+
+def evaluate(
+    url: str, token: str, out: Path, expression: str, *, width: int = 1400, height: int = 1800
+) -> Any:
+    """The value of a JavaScript ``expression`` in the loaded page (JSON-able); its screenshot is
+    written to ``out``."""
     binary = chromium()
     if binary is None:
         raise RuntimeError("no Chromium: scripts/bootstrap.sh installs Debian's chromium package")
@@ -102,7 +112,7 @@ def screenshot(url: str, token: str, out: Path, *, width: int = 1400, height: in
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
-            return asyncio.run(_capture(debugger, url, token, out))
+            return asyncio.run(_capture(debugger, url, token, out, expression))
         finally:
             proc.terminate()
             try:

@@ -141,6 +141,12 @@ class AirflowLocal:
                 umask=PRIVATE_UMASK,
             )
 
+    def stop_component(self, name: str) -> None:
+        """Stop one component (and the processes it forked); ``start_component`` starts it again,
+        e.g. the API server, to show what a restart keeps."""
+        proc = self.processes.pop(name)
+        stop_process_group(proc.pid, child=proc, first_signal=signal.SIGTERM, grace_s=30)
+
     def exited(self) -> list[str]:
         return [name for name, proc in self.processes.items() if proc.poll() is not None]
 

@@ -14,15 +14,33 @@ losing them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_provider_primus.lookup import as_map, dig, num
 
-__all__ = ["Point", "StatusHistory", "point_from_dict", "point_from_status"]
+__all__ = ["EVERY_S_ENV", "Point", "StatusHistory", "default_every_s", "point_from_dict", "point_from_status"]
 
 MAX_EXECUTORS = 16  # per point: enough for the charts, bounded for the status
+# Seconds between two points (default 20): finer for short jobs and tests, coarser for long ones.
+EVERY_S_ENV = "PRIMUS_HISTORY_EVERY_S"
+DEFAULT_EVERY_S = 20.0
+
+
+def default_every_s() -> float:
+    """The interval ``$PRIMUS_HISTORY_EVERY_S`` sets (a master reads it at its first status)."""
+    raw = os.environ.get(EVERY_S_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_EVERY_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{EVERY_S_ENV}={raw!r}: must be a number of seconds above 0")
+    return value
 
 
 @dataclass(frozen=True)
@@ -94,11 +112,12 @@ class StatusHistory:
         self,
         saved: Sequence[Mapping[str, Any]] = (),
         *,
-        every_s: float = 20.0,
+        every_s: float | None = None,
         recent: int = 90,
         archive: int = 90,
     ) -> None:
-        self.every_s, self.recent_max, self.archive_max = every_s, recent, archive
+        self.every_s = default_every_s() if every_s is None else every_s
+        self.recent_max, self.archive_max = recent, archive
         points = [p for p in (point_from_dict(d) for d in saved) if p is not None]
         points.sort(key=lambda p: p.t)
         self._archive = points[: max(0, len(points) - recent)]
@@ -106,10 +125,11 @@ class StatusHistory:
         while len(self._archive) > archive:
             self._thin()
 
-    def add(self, status: Mapping[str, Any], now: float) -> bool:
-        """Take a point of ``status`` at ``now`` if ``every_s`` has passed since the last one."""
+    def add(self, status: Mapping[str, Any], now: float, *, force: bool = False) -> bool:
+        """Take a point of ``status`` at ``now`` if ``every_s`` has passed since the last one, or
+        ``force`` (a job's final status: its end is in the history, not only in what a reader saw)."""
         last = self._recent[-1].t if self._recent else None
-        if last is not None and now - last < self.every_s:
+        if last is not None and (now <= last or (now - last < self.every_s and not force)):
             return False
         point = point_from_status(status, t=now)
         if point is None:

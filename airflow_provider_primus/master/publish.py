@@ -23,7 +23,7 @@ from airflow_provider_primus.master.savepoints import Savepoints
 from airflow_provider_primus.master.scaling import Scaling
 from airflow_provider_primus.master.store import JobStore, modify
 from airflow_provider_primus.master.telemetry import Telemetry, usage
-from airflow_provider_primus.spec.status import JobStatus, Phase
+from airflow_provider_primus.spec.status import TERMINAL, JobStatus, Phase
 
 __all__ = ["MasterError", "StatusPublisher", "job_status", "refuse_second_master"]
 
@@ -76,7 +76,7 @@ class StatusPublisher:
         status["updated"] = time.time()
         if self._history is None:
             self._history = StatusHistory(self.store.get(self.job).status.get("history") or [])
-        self._history.add(status, status["updated"])
+        self._history.add(status, status["updated"], force=status.get("phase") in TERMINAL)
         status["history"] = self._history.to_list()
         modify(self.store, self.job, lambda _r: status, part="status")
         self._last = (fingerprint, now)

@@ -382,8 +382,9 @@ def _training_section(status: Mapping[str, Any], points: Sequence[Point], sample
     ]
     every = f" every {sample_s:g} s" if sample_s else ""
     note = (
-        "The job store keeps only the latest status, so these charts are built from the statuses this "
-        f"web server has read (each page view, and{every} while the job runs) since it started: "
+        "These charts draw the history the job's master keeps with the job (the same for every web "
+        "server, and kept across restarts), then the statuses this web server has read since its last "
+        f"point (each page view, and{every} while the job runs): "
         f"{len(points)} point{'s' if len(points) != 1 else ''} so far."
     )
     return html + "<div class='charts'>" + "".join(charts) + f"</div><p class='note'>{e(note)}</p>"

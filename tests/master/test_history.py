@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_primus.master.history import StatusHistory, point_from_dict
+import pytest
+
+from airflow_provider_primus.master.history import EVERY_S_ENV, StatusHistory, point_from_dict
 
 
 def status(rows: int, auc: float | None = 0.7) -> dict[str, Any]:
@@ -50,3 +52,22 @@ def test_a_restarted_master_resumes_the_series_it_finds() -> None:
     assert [p.t for p in resumed.points()][-2:] == [7.0, 9.0]
     garbled = StatusHistory([{"t": "yesterday"}, {"t": 3.0, "auc": "high"}, *first.to_list()[:1]])
     assert [(p.t, p.auc) for p in garbled.points()] == [(0.0, 0.7), (3.0, None)]
+
+
+def test_the_final_status_is_always_a_point() -> None:
+    history = StatusHistory(every_s=20.0)
+    assert history.add(status(1), now=100.0)
+    assert not history.add(status(2), now=105.0)
+    assert history.add(status(3), now=106.0, force=True)  # the job ended: its last figures stay
+    assert not history.add(status(3), now=106.0, force=True)  # once
+    assert [p.acked_rows for p in history.points()] == [1.0, 3.0]
+
+
+def test_the_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert StatusHistory().every_s == 20.0
+    monkeypatch.setenv(EVERY_S_ENV, "0.5")
+    assert StatusHistory().every_s == 0.5
+    for bad in ("0", "-1", "soon", "inf"):
+        monkeypatch.setenv(EVERY_S_ENV, bad)
+        with pytest.raises(ValueError, match=f"{EVERY_S_ENV}='{bad}'"):
+            StatusHistory()

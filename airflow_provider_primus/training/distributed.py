@@ -1,4 +1,4 @@
-"""Data parallelism across trainer processes with torch.distributed (gloo on CPU).
+"""Data parallelism across trainer processes with torch.distributed (gloo on CPU; NCCL on GPU).
 
 Every trainer holds a full replica. Each step all trainers exchange one small control vector (the
 ``StepControl`` record of ``control.py``: who still has data, rows trained, learning-rate weights,
@@ -20,11 +20,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from airflow_provider_primus.training.gpu import all_reduce_sparse
+
 __all__ = ["Group"]
 
 
 class Group:
-    def __init__(self, rank: int = 0, world: int = 1, init_method: str | None = None) -> None:
+    def __init__(
+        self, rank: int = 0, world: int = 1, init_method: str | None = None, backend: str = "gloo"
+    ) -> None:
+        """``backend``: gloo, or on GPU trainers gpu.process_group_backend's NCCL with gloo."""
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} is not in a world of {world}")
         self.rank, self.world = rank, world
@@ -32,7 +37,7 @@ class Group:
             if init_method is None:
                 raise ValueError("more than one trainer needs an init method (tcp://host:port)")
             dist.init_process_group(
-                "gloo", init_method=init_method, rank=rank, world_size=world, timeout=timedelta(minutes=10)
+                backend, init_method=init_method, rank=rank, world_size=world, timeout=timedelta(minutes=10)
             )
 
     @property
@@ -56,11 +61,11 @@ class Group:
                 weight = module.weight
                 if weight.grad is None:
                     weight.grad = torch.sparse_coo_tensor(
-                        torch.empty((1, 0), dtype=torch.int64),
-                        torch.empty((0, weight.shape[1]), dtype=weight.dtype),
+                        torch.empty((1, 0), dtype=torch.int64, device=weight.device),
+                        torch.empty((0, weight.shape[1]), dtype=weight.dtype, device=weight.device),
                         weight.shape,
                     )
-                dist.all_reduce(weight.grad)
+                weight.grad = all_reduce_sparse(weight.grad)
         for param in model.parameters():
             if param.grad is not None and param.grad.is_sparse:
                 continue

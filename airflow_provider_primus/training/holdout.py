@@ -7,6 +7,7 @@ is judged rather than with how it trains.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +15,21 @@ import torch
 
 from airflow_provider_primus.credentials import new_token
 from airflow_provider_primus.data.planner import plan
+from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.spec.data import PrimusData, Window
 from airflow_provider_primus.spec.sources import FileSource
 from airflow_provider_primus.training.feeds import FileFeed
+from airflow_provider_primus.training.gpu import BatchStager, Placement, Prefetcher
 from airflow_provider_primus.training.metrics import ScoreLog
 from airflow_provider_primus.training.summary import round_metric
 
 __all__ = ["evaluate_holdout"]
+
+
+def _batches(feed: FileFeed) -> Iterator[list[tuple[str, TensorBatch]]]:
+    while feed.available(4096):
+        for b in feed.take(4096):
+            yield [(feed.name, b)]
 
 
 def evaluate_holdout(
@@ -35,6 +44,8 @@ def evaluate_holdout(
 ) -> dict[str, Any]:
     """Rows, AUC and log-loss of ``model`` on every files source's rows in ``holdout``."""
     graph = plan(data, holdout.start, holdout.end)
+    tables = next((p.device for n, p in model.named_parameters() if n.startswith("embeddings.")), device)
+    stager = BatchStager(Placement(device, tables, "the trained model's"))
     log_ = ScoreLog()
     token = new_token()
     model.eval()
@@ -55,10 +66,11 @@ def evaluate_holdout(
         )
         try:
             with torch.no_grad():
-                while feed.available(4096):
-                    for b in feed.take(4096):
-                        p = torch.sigmoid(model(b.sparse.to(device), b.dense.to(device)))
-                        log_.append(b.labels.numpy(), p.float().cpu().numpy())
+                # One batch ahead: the next batch is on its way to the GPU while this one is scored.
+                for staged in Prefetcher(_batches(feed), stager):
+                    ids, values, labels = staged.ready()
+                    p = torch.sigmoid(model(ids, values))
+                    log_.append(labels.cpu().numpy(), p.float().cpu().numpy())
         finally:
             feed.close()
     return {"rows": len(log_), "auc": round_metric(log_.auc()), "logloss": round_metric(log_.logloss())}

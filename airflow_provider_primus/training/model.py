@@ -148,8 +148,17 @@ class DLRM(nn.Module):
             bottom_out = self.bottom(torch.nan_to_num(dense, nan=0.0, posinf=0.0, neginf=0.0))
             features.append(bottom_out)
         # One ID per bag: EmbeddingBag rather than Embedding for its fused sparse-gradient kernel.
-        offsets = torch.arange(n, device=sparse.device, dtype=sparse.dtype)
-        features.extend(bag(sparse[:, j], offsets) for j, bag in enumerate(self.embeddings))
+        # The tables may live on the host while the dense layers are on a GPU (training/gpu.py):
+        # the lookup runs where the tables are, the pooled vectors go to the dense layers' device.
+        # On one device both moves are no-ops.
+        compute = next(self.top.parameters()).device
+        weights = self.embedding_parameters()
+        tables = weights[0].device if weights else compute
+        ids = sparse.to(tables)
+        offsets = torch.arange(n, device=tables, dtype=ids.dtype)
+        features.extend(
+            bag(ids[:, j], offsets).to(compute, non_blocking=True) for j, bag in enumerate(self.embeddings)
+        )
         stacked = torch.stack(features, dim=1)  # [n, F, d]
         dots = torch.bmm(stacked, stacked.transpose(1, 2))  # [n, F, F]
         interactions = dots[:, self.pair_rows, self.pair_cols]  # [n, F(F-1)/2]

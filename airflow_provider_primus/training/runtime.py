@@ -45,11 +45,18 @@ from airflow_provider_primus.training.control import LocalStep, StepControl
 from airflow_provider_primus.training.distributed import Group
 from airflow_provider_primus.training.feed_setup import open_feeds, open_replay, participants
 from airflow_provider_primus.training.feeds import Feed, StreamFeed
+from airflow_provider_primus.training.gpu import (
+    BatchStager,
+    place_model,
+    placement_for,
+    process_group_backend,
+    trainer_device,
+)
 from airflow_provider_primus.training.guard import freshness_guard, update_gate
 from airflow_provider_primus.training.holdout import evaluate_holdout
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
 from airflow_provider_primus.training.mixer import MixPolicy, policy_for
-from airflow_provider_primus.training.model import DLRM, device_for
+from airflow_provider_primus.training.model import DLRM
 from airflow_provider_primus.training.object_checkpoints import checkpoint_store_for, publisher_for
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.replay import is_replay
@@ -114,7 +121,9 @@ class Trainer:
         self.data, self.training, self.options = data, training, options
         spec = training.spec
         self.mode = options.mode or spec.mode
-        self.device = device_for(spec.device)
+        self.device = trainer_device(spec.device, options.rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # NCCL and the copy stream use the current device
         self.sparse_cols, self.dense_cols = feature_columns(data)
         sizes = table_sizes(training, data)
         torch.manual_seed(spec.seed)
@@ -128,7 +137,9 @@ class Trainer:
         if options.dispatcher is not None:
             client = DispatcherClient(options.dispatcher, options.token or "", grace_s=options.grace_s)
             self.reporter = JobReporter(client, options.executor_name).start()
-        self.group = Group(options.rank, options.world_size, options.dist_init)
+        self.group = Group(
+            options.rank, options.world_size, options.dist_init, process_group_backend(self.device.type)
+        )
         # Sparse Adagrad builds COO gradients torch cannot cheaply validate; we opt out explicitly
         # (the default) rather than let every step warn about it.
         torch.sparse.check_sparse_tensor_invariants.disable()  # type: ignore[no-untyped-call]
@@ -139,7 +150,14 @@ class Trainer:
             bottom_mlp=spec.model.bottom_mlp if self.dense_cols else [],
             top_mlp=spec.model.top_mlp,
             seed=spec.seed,
-        ).to(self.device)
+        )
+        # Dense layers on the GPU, the tables too when they fit (training/gpu.py).
+        self.placement = placement_for(
+            self.model, self.device, spec.optimizer.sparse.type, spec.optimizer.dense.type
+        )
+        log.info("model placement: %s", self.placement.reason)
+        self.device = self.placement.dense
+        place_model(self.model, self.placement)
         self.optim = Optimizers(
             self.model,
             sparse=spec.optimizer.sparse.type,
@@ -181,6 +199,7 @@ class Trainer:
             metrics=self.metrics,
             clock_ms=self._clock_ms,
             event_times={s.name: s.schema_.event_time for s in data.spec.sources if s.schema_.event_time},
+            stager=BatchStager(self.placement),
         )
 
     def _clock_ms(self) -> int:

@@ -27,6 +27,7 @@ from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.spec.schema import EventTime
 from airflow_provider_primus.spec.training import SourceControl
 from airflow_provider_primus.training.distributed import Group
+from airflow_provider_primus.training.gpu import BatchStager, Placement
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.replay import is_replay, replayed_source
@@ -64,13 +65,6 @@ class SourceWeights:
         return control.lr_multiplier if control else 1.0
 
 
-def _concat(parts: list[tuple[str, TensorBatch]], device: torch.device) -> tuple[torch.Tensor, ...]:
-    sparse = torch.cat([b.sparse for _, b in parts]).to(device, non_blocking=True)
-    dense = torch.cat([b.dense for _, b in parts]).to(device, non_blocking=True)
-    labels = torch.cat([b.labels for _, b in parts]).to(device, non_blocking=True)
-    return sparse, dense, labels
-
-
 class Updater:
     def __init__(
         self,
@@ -85,11 +79,15 @@ class Updater:
         metrics: TrainMetrics,
         clock_ms: Callable[[], int],
         event_times: Mapping[str, EventTime] | None = None,
+        stager: BatchStager | None = None,
     ) -> None:
         """``scores``, ``freshness`` and ``metrics`` are the trainer's own (restored in place from a
         checkpoint); ``clock_ms`` is "now" for the freshness of trained rows; ``event_times`` each
-        source's event-time declaration, to name the unit that fits when its times are implausible."""
+        source's event-time declaration, to name the unit that fits when its times are implausible;
+        ``stager`` how a step's rows reach the model's devices (training/gpu.py; default: all on
+        ``device``)."""
         self.model, self.optim, self.group, self.device = model, optim, group, device
+        self.stager = stager or BatchStager(Placement(device, device, "one device"))
         self.weights = weights
         self.scores, self.freshness, self.metrics = scores, freshness, metrics
         self.clock_ms = clock_ms
@@ -122,21 +120,28 @@ class Updater:
         self.model.train()
         stream_name = w.stream
         if parts:
-            sparse, dense, labels = _concat(parts, self.device)
+            sparse, dense, labels = self.stager.stage(parts).ready()
             logits = self.model(sparse, dense)
             offset = 0
-            probs = torch.sigmoid(logits.detach()).float().cpu().numpy()
+            # Reading scores back waits for the GPU: only when there are stream rows to score.
+            scored = any(n == stream_name for n, _ in parts)
+            probs = torch.sigmoid(logits.detach()).float().cpu().numpy() if scored else None
             for n, b in parts:
-                if n == stream_name:  # progressive validation: scored before the update below
-                    self.scores.append(b.labels.numpy(), probs[offset : offset + len(b)])
+                if n == stream_name and probs is not None:  # progressive validation: scored before
+                    self.scores.append(b.labels.numpy(), probs[offset : offset + len(b)])  # the update
                     self.metrics.rows_scored += len(b)
                 offset += len(b)
         if total > 0 and weight_sum > 0:
             self.optim.zero_grad()
             if logits is not None and local:
                 weights = torch.cat(
-                    [torch.full((len(b),), w.loss_weight(n) if w.trains_on(n) else 0.0) for n, b in parts]
-                ).to(self.device)
+                    [
+                        torch.full(
+                            (len(b),), w.loss_weight(n) if w.trains_on(n) else 0.0, device=logits.device
+                        )
+                        for n, b in parts
+                    ]
+                )
                 losses = torch.nn.functional.binary_cross_entropy_with_logits(
                     logits, labels, reduction="none"
                 )

@@ -18,7 +18,7 @@ import psutil
 from airflow_provider_primus.master.dataservice import JobData
 from airflow_provider_primus.master.events import EventLog
 from airflow_provider_primus.master.executors import Executors
-from airflow_provider_primus.master.history import StatusHistory
+from airflow_provider_primus.master.history import StatusHistory, default_every_s
 from airflow_provider_primus.master.savepoints import Savepoints
 from airflow_provider_primus.master.scaling import Scaling
 from airflow_provider_primus.master.store import JobStore, modify
@@ -55,6 +55,10 @@ class StatusPublisher:
         self.store, self.job, self.on_status = store, job, on_status
         self._last: tuple[str, float] = ("", 0.0)
         self._history: StatusHistory | None = None  # resumed from the stored status at first use
+        try:  # read now: a bad setting stops the master before the job starts, not at its first status
+            self._history_every_s = default_every_s()
+        except ValueError as exc:
+            raise MasterError(str(exc)) from None
 
     def failed(self, previous: Mapping[str, Any], message: str, executors: dict[str, Any]) -> None:
         """A job that cannot start fails with its reason in the status it had (no heartbeat dedupe)."""
@@ -75,7 +79,8 @@ class StatusPublisher:
             return False
         status["updated"] = time.time()
         if self._history is None:
-            self._history = StatusHistory(self.store.get(self.job).status.get("history") or [])
+            saved = self.store.get(self.job).status.get("history") or []
+            self._history = StatusHistory(saved, every_s=self._history_every_s)
         self._history.add(status, status["updated"], force=status.get("phase") in TERMINAL)
         status["history"] = self._history.to_list()
         modify(self.store, self.job, lambda _r: status, part="status")

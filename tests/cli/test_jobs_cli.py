@@ -126,3 +126,15 @@ def test_the_operator_verbs_against_a_live_job(job_world: JobWorld) -> None:
     wait_for(job_world.store, "job", lambda r: r.status.get("phase") == "Running", 60)
     primus("stop", "job", "--wait")
     assert [r["phase"] for r in map(json.loads, primus("jobs", "--json").stdout.splitlines())] == ["Stopped"]
+
+
+def test_a_bad_history_interval_stops_the_master_before_the_job_starts(
+    job_world: JobWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PRIMUS_HISTORY_EVERY_S", "soon")
+    result = primus("run", str(job_world.job()), check=False)
+    assert result.returncode == 2
+    assert "PRIMUS_HISTORY_EVERY_S='soon': must be a number of seconds above 0" in result.stderr
+    monkeypatch.delenv("PRIMUS_HISTORY_EVERY_S")
+    final = json.loads(primus("run", str(job_world.job()), "--json").stdout)  # nothing was lost
+    assert final["phase"] == "Succeeded" and final["progress"]["acked_rows"] == job_world.rows

@@ -149,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if chatty(args.json):
         print(f"primus train: mode {trainer.mode}, workdir {options.workdir}", file=sys.stderr, flush=True)
+        if trainer.placement.gpu:  # where the model went, and the memory figures that decided it
+            print(f"primus train: {trainer.placement.reason}", file=sys.stderr, flush=True)
     try:
         with bar:
             result = trainer.run()

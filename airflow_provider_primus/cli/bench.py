@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_primus.cli.args import count_of
+from airflow_provider_primus.cli.args import count_of, positive_float
 from airflow_provider_primus.cli.progress import Bar, bench_stages, on_terminal
 
 
@@ -29,7 +29,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--days", type=int, default=20)
     p.add_argument("--files", type=int, default=4, help="files per hourly partition")
-    p.add_argument("--delay-ms", type=float, default=20.0)
+    p.add_argument(
+        "--delay-ms",
+        type=positive_float("milliseconds"),
+        default=20.0,
+        help="per listing/metadata call, above 0",
+    )
     p.add_argument("--local-files", type=int, default=100_000, help="0 skips the no-delay measurement")
     p.add_argument("--workdir", type=Path, help="where to generate the stores (default: system temp)")
     median = "; the median is reported"

@@ -55,3 +55,11 @@ def test_unknown_subcommand_is_an_error(capsys: pytest.CaptureFixture[str]) -> N
         main(["kafak"])
     assert exc.value.code == 2
     assert "invalid choice: 'kafak'" in capsys.readouterr().err
+
+
+def test_a_zero_store_delay_is_refused_before_any_work(capsys: pytest.CaptureFixture[str]) -> None:
+    """The planning bench's ratios divide by the delayed round trips: 0 ms would be 0/0 at the end."""
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "plan", "--delay-ms", "0"])
+    assert exc.value.code == 2
+    assert "--delay-ms: must be above 0 (got 0)" in capsys.readouterr().err

@@ -38,6 +38,7 @@ from airflow_provider_primus.master.client import ControlClient, ControlError, T
 from airflow_provider_primus.master.jobs import (
     job_paths,
     load_job,
+    read_job_ca,
     read_token,
     start_master,
     submit_document,
@@ -224,6 +225,19 @@ class PrimusHook(BaseHook):
 
             return read_secret(self.kube_api, self.settings["namespace"] or "default", job)
         return read_token(job, self.home)
+
+    def ca(self, job: str) -> bytes | None:
+        """The job's CA certificate, which its master's HTTPS certificate must chain to: from its
+        TLS Secret on Kubernetes, else from where it was submitted; None for a job without TLS.
+
+        :param job: the job's name.
+        """
+        if self.kubernetes:
+            from airflow_provider_primus.kubernetes.submission import read_ca
+
+            found = read_ca(self.kube_api, self.settings["namespace"] or "default", job)
+            return found.cert_pem if found else None
+        return read_job_ca(job, self.home)
 
     def endpoint(self, record: JobRecord) -> str:
         """The job's control-API base URL: the connection's fixed one, else its master's own.
@@ -422,6 +436,7 @@ class PrimusHook(BaseHook):
             retries=self.retries,
             backoff_s=self.backoff_s,
             logger=self.log,
+            ca=lambda: self.ca(job),
         )
 
     def _call(self, job: str, call: Callable[[ControlClient], T]) -> T:

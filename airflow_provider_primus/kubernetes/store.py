@@ -38,6 +38,7 @@ from airflow_provider_primus.kubernetes.manifests import (
 from airflow_provider_primus.master.store import Conflict, Event, JobExists, JobNotFound, JobRecord
 from airflow_provider_primus.spec.crd import API_VERSION, KIND, PLURAL
 from airflow_provider_primus.spec.errors import SpecError, SpecIssue
+from airflow_provider_primus.tls import JobCa, tls_secret
 
 EVENT_SOURCE = "primus-master"
 _DATA = "primus.dev/data"
@@ -305,14 +306,17 @@ class KubeJobStore:
         for informer in informers:
             informer.stop()
 
-    def provision(self, name: str, token: str, stored: Mapping[str, Any]) -> None:
-        """The job's token Secret and documents ConfigMap, owned by its resource (idempotent: a
-        resubmission replaces them). Pods read the token through ``secretKeyRef``; it never appears
-        in a pod spec, a log or XCom."""
+    def provision(self, name: str, token: str, stored: Mapping[str, Any], *, ca: JobCa | None = None) -> None:
+        """The job's token Secret, TLS Secret (its CA, when it serves TLS) and documents ConfigMap,
+        owned by its resource (idempotent: a resubmission replaces them). Pods read the token
+        through ``secretKeyRef`` and mount the CA; neither appears in a pod spec, a log or XCom."""
         owner = owner_reference(self.raw(name))
-        secret = token_secret(name, token, labels={LABEL_JOB: name}, owner=owner)
-        config = documents_configmap(name, job_documents(stored), owner)
-        for plural, body in (("secrets", secret), ("configmaps", config)):
+        labels = {LABEL_JOB: name}
+        objects = [("secrets", token_secret(name, token, labels=labels, owner=owner))]
+        if ca is not None:
+            objects.append(("secrets", tls_secret(name, ca, labels=labels, owner=owner)))
+        objects.append(("configmaps", documents_configmap(name, job_documents(stored), owner)))
+        for plural, body in objects:
             path = resource_path("v1", plural, self.namespace)
             try:
                 self.api.create(path, body)

@@ -8,6 +8,7 @@ the master alone: a submitted document that carries one is refused rather than s
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -287,8 +288,21 @@ class KubernetesBackend(StrictModel):
 
 
 class Backend(StrictModel):
+    """``tls``: the control API, the dispatcher and every data executor serve TLS with a certificate
+    authority made for this job when it is submitted, and every client verifies it (the token stays
+    the authorisation). Unset: on for Kubernetes and for a local job that listens beyond loopback,
+    off for a local job on 127.0.0.1 (nothing leaves the machine)."""
+
     type: Literal["local", "kubernetes"] = "local"
     kubernetes: KubernetesBackend | None = None
+    tls: StrictBool | None = None
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class Control(StrictModel):
@@ -320,6 +334,13 @@ class JobSpec(StrictModel):
     follow: StrictBool = False
     max_steps: PositiveInt | None = None
     passthrough: list[NonEmptyStr] = Field(default_factory=list)
+
+    @property
+    def tls(self) -> bool:
+        """Whether the job's servers speak TLS (``backend.tls``, else its default)."""
+        if self.backend.tls is not None:
+            return self.backend.tls
+        return self.backend.type == "kubernetes" or not is_loopback(self.control.host)
 
     @model_validator(mode="after")
     def _backend_settings(self) -> JobSpec:

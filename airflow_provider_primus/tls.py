@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 __all__ = [
+    "ADVERTISE_ENV",
     "CA_FILE",
     "CA_KEY_FILE",
     "TLS_DIR_ENV",
@@ -46,6 +47,9 @@ __all__ = [
     "write_private",
 ]
 
+# A server bound to every interface (``0.0.0.0`` in a pod) tells its peers this address instead, and
+# names it in its certificate: the Kubernetes backend sets it to the pod's IP (downward API).
+ADVERTISE_ENV = "PRIMUS_ADVERTISE_HOST"
 # A process of the job finds the job's CA in this folder (the master sets it for its executors;
 # in a pod it is where the job's TLS Secret is mounted). A path, never the key itself.
 TLS_DIR_ENV = "PRIMUS_TLS_DIR"

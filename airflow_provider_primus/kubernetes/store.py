@@ -33,6 +33,7 @@ from airflow_provider_primus.kubernetes.manifests import (
     LABEL_JOB,
     documents_configmap,
     job_documents,
+    network_policies,
     owner_reference,
 )
 from airflow_provider_primus.master.store import Conflict, Event, JobExists, JobNotFound, JobRecord
@@ -307,7 +308,8 @@ class KubeJobStore:
             informer.stop()
 
     def provision(self, name: str, token: str, stored: Mapping[str, Any], *, ca: JobCa | None = None) -> None:
-        """The job's token Secret, TLS Secret (its CA, when it serves TLS) and documents ConfigMap,
+        """The job's token Secret, TLS Secret (its CA, when it serves TLS), documents ConfigMap and
+        NetworkPolicies (only its own pods reach its executors: ``manifests.network_policies``),
         owned by its resource (idempotent: a resubmission replaces them). Pods read the token
         through ``secretKeyRef`` and mount the CA; neither appears in a pod spec, a log or XCom."""
         owner = owner_reference(self.raw(name))
@@ -316,8 +318,19 @@ class KubeJobStore:
         if ca is not None:
             objects.append(("secrets", tls_secret(name, ca, labels=labels, owner=owner)))
         objects.append(("configmaps", documents_configmap(name, job_documents(stored), owner)))
+        spec = stored.get("spec") or {}
+        kube = (spec.get("backend") or {}).get("kubernetes") or {}
+        for policy in network_policies(
+            name,
+            self.namespace,
+            owner,
+            control_port=int((spec.get("control") or {}).get("port") or 0),
+            control_from=list(kube.get("control_from") or []),
+        ):
+            objects.append(("networkpolicies", policy))
         for plural, body in objects:
-            path = resource_path("v1", plural, self.namespace)
+            group = "networking.k8s.io/v1" if plural == "networkpolicies" else "v1"
+            path = resource_path(group, plural, self.namespace)
             try:
                 self.api.create(path, body)
             except KubeError as exc:

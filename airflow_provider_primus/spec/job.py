@@ -13,7 +13,15 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, Strict, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from airflow_provider_primus.spec.base import Metadata, NonEmptyStr, PositiveFloat, PositiveInt, StrictModel
 from airflow_provider_primus.spec.errors import (
@@ -275,6 +283,16 @@ class Scaling(StrictModel):
     max_step: MaxStep = Field(default_factory=MaxStep)
 
 
+def _cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=False))
+    except ValueError:
+        raise ValueError(f"must be a network in CIDR form like '10.0.0.0/16' (got {value!r})") from None
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+
+
 class KubernetesBackend(StrictModel):
     """Where and how executor pods run. ``image`` defaults to the provider's executor image
     (docker/Dockerfile); ``on_resize_refused`` is the fallback when the cluster refuses an in-place
@@ -285,6 +303,9 @@ class KubernetesBackend(StrictModel):
     context: NonEmptyStr | None = None
     executor_service_account: NonEmptyStr | None = None
     on_resize_refused: Literal["keep", "recreate"] = "keep"
+    # Networks (CIDRs) besides pods labelled ``primus.dev/control-client: "true"`` from which the
+    # job's NetworkPolicy lets the master's control API be called (an Airflow outside the cluster).
+    control_from: list[Cidr] = Field(default_factory=list)
 
 
 class Backend(StrictModel):

@@ -18,12 +18,7 @@ from typing import Any
 from pyarrow import flight
 
 from airflow_provider_primus.spec.job import is_loopback
-from airflow_provider_primus.tls import TLS_DIR_ENV, JobCa, TlsError, load_job_ca
-
-# A server bound to every interface (``0.0.0.0`` in a pod) tells its peers this address instead:
-# the Kubernetes backend sets it to the pod's IP through the downward API.
-ADVERTISE_ENV = "PRIMUS_ADVERTISE_HOST"
-
+from airflow_provider_primus.tls import ADVERTISE_ENV, TLS_DIR_ENV, JobCa, TlsError, load_job_ca
 
 TLS_SCHEME = "grpc+tls"
 

@@ -297,16 +297,21 @@ class PrimusHook(BaseHook):
         return record
 
     def start_master(self, name: str) -> int:
-        """Local: a background process (its pid), with the object-store credentials of the Airflow
-        connections its data document names in its environment (its executors inherit them).
-        Kubernetes: the job's master driver pod (owned by the job; 0).
+        """Local: a background process (its pid), with the object-store and Kafka settings of the
+        Airflow connections its data document names in its environment (its executors inherit
+        them). Kubernetes: the same settings as a Secret owned by the job (``<job>-connections``,
+        taken by its pods through ``envFrom``), then the job's master driver pod (0).
 
         :param name: the job's name.
         """
+        env = storage_environment(self.store.get(name).spec)
         if self.kubernetes:
+            if env:  # a Secret owned by the job, taken in whole by its master's and executors' pods
+                from airflow_provider_primus.kubernetes.submission import store_connections
+
+                store_connections(self.store, name, env)  # type: ignore[arg-type]
             self.start_master_pod(name)
             return 0
-        env = storage_environment(self.store.get(name).spec)
         return start_master(name, store_path=getattr(self.store, "path", None), home=self.home, env=env)
 
     def start_master_pod(self, name: str, image: str | None = None) -> dict[str, Any]:

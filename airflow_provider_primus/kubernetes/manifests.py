@@ -10,6 +10,7 @@ and cancel jobs.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,7 @@ def master_pod(
                         {"name": "PRIMUS_HOME", "value": "/var/lib/primus"},
                         *(env or []),
                     ],
+                    "envFrom": [connections_env_from(job)],
                     "resources": {
                         "requests": {"cpu": "500m", "memory": "1Gi"},
                         "limits": {"cpu": "2", "memory": "2Gi"},
@@ -212,6 +214,33 @@ def network_policies(
         policy(f"{job}-isolation", own, [{"podSelector": {"matchLabels": dict(own)}}], None),
         policy(f"{job}-control", {**own, LABEL_ROLE: "master"}, callers, ports),
     ]
+
+
+def connections_secret_name(job: str) -> str:
+    return f"{job}-connections"
+
+
+def connections_secret(job: str, env: Mapping[str, str], owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The Airflow connections a job's data document names (``aws`` and ``kafka``), resolved where
+    Airflow is, as the environment its processes read them from (``hooks/primus.storage_environment``):
+    one Secret owned by the job, which the master's and every executor's pod take in whole through
+    ``envFrom`` (the values never appear in a pod spec, a log or an event)."""
+    meta: dict[str, Any] = {"name": connections_secret_name(job), "labels": {LABEL_JOB: job}}
+    if owner:
+        meta["ownerReferences"] = [dict(owner)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in env.items()},
+    }
+
+
+def connections_env_from(job: str) -> dict[str, Any]:
+    """A container's ``envFrom`` entry for the job's connections Secret; optional, since a job whose
+    document names no connection (or one submitted without Airflow) has none."""
+    return {"secretRef": {"name": connections_secret_name(job), "optional": True}}
 
 
 def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:

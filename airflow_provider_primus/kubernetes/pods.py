@@ -45,6 +45,7 @@ from airflow_provider_primus.kubernetes.manifests import (
     LABEL_INDEX,
     LABEL_JOB,
     LABEL_ROLE,
+    connections_env_from,
     document_key,
     documents_configmap,
     documents_configmap_name,
@@ -181,6 +182,8 @@ class KubernetesBackend:
             "image": self.t.image,
             "command": self._command(command, role),
             "env": variables,
+            # The Airflow connections (aws, kafka) the job's data names, resolved by the hook.
+            "envFrom": [connections_env_from(self.t.job)],
             "resources": {"requests": dict(quantities), "limits": dict(quantities)},
             "resizePolicy": [
                 {"resourceName": "cpu", "restartPolicy": "NotRequired"},

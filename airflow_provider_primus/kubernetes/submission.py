@@ -20,6 +20,7 @@ from airflow_provider_primus.credentials import token_from_secret, token_secret_
 from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resource_path
 from airflow_provider_primus.kubernetes.manifests import (
     DEFAULT_IMAGE,
+    connections_secret,
     job_documents,
     master_pod,
     owner_reference,
@@ -48,6 +49,19 @@ def read_ca(api: KubeApi, namespace: str, name: str, *, key: bool = False) -> Jo
             return None
         raise
     return ca_from_secret(secret, key=key)
+
+
+def store_connections(store: KubeJobStore, name: str, env: Mapping[str, str]) -> None:
+    """The job's connections Secret (``manifests.connections_secret``), made or replaced before its
+    master pod starts: the master and its executor pods read the connections from it."""
+    body = connections_secret(name, env, owner_reference(store.raw(name)))
+    path = resource_path("v1", "secrets", store.namespace)
+    try:
+        store.api.create(path, body)
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+        store.api.replace(f"{path}/{body['metadata']['name']}", body)
 
 
 def start_master_pod(store: KubeJobStore, name: str, image: str | None = None) -> dict[str, Any]:

@@ -129,6 +129,8 @@ def test_a_launched_executor_is_a_pod_with_the_jobs_contract(
         "valueFrom": {"secretKeyRef": {"name": "j-token", "key": "token"}},
     }
     assert TOKEN not in json.dumps(pod)
+    # The Airflow connections the hook resolved, from the job's Secret (absent: none named).
+    assert c["envFrom"] == [{"secretRef": {"name": "j-connections", "optional": True}}]
     assert env_vars["PRIMUS_ADVERTISE_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert c["command"][:3] == ["python", "-m", "airflow_provider_primus.cli.main"]
     # The pod's own address (the kubelet expands it from the downward API), never every interface.

@@ -504,12 +504,20 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
     executor_cpu = statistics.median(v.executor_cpu_s for v in results["e2e1"]) / mrows
     service = [v for name in names if name.startswith("e2e") for v in results[name]]
     extra: dict[str, Any] = {}
+    plain = results["e2e1"]
+
+    def per_round(name: str) -> list[float]:
+        """Each round's rows/s of ``name`` ÷ e2e1's in the same round: the spread behind a median."""
+        return [round(p.wall_s / v.wall_s, 3) for p, v in zip(plain, results[name], strict=True)]
+
     if store == "s3":
         extra["e2e1_s3_rows_s"] = round(rate["e2e1_s3"])
         extra["s3_vs_local"] = round(rate["e2e1_s3"] / rate["e2e1"], 3)
+        extra["s3_vs_local_rounds"] = per_round("e2e1_s3")
     if tls:
         extra["e2e1_tls_rows_s"] = round(rate["e2e1_tls"])
         extra["tls_cost"] = round(1 - rate["e2e1_tls"] / rate["e2e1"], 3)
+        extra["tls_cost_rounds"] = [round(1 - r, 3) for r in per_round("e2e1_tls")]
     return {
         "rows": planned,
         "files": files,

@@ -51,6 +51,7 @@ from airflow_provider_primus.master.store import (
     SqliteJobStore,
     modify,
 )
+from airflow_provider_primus.spec.job import PrimusJob
 from airflow_provider_primus.spec.loader import read_document
 from airflow_provider_primus.spec.status import TERMINAL
 
@@ -240,13 +241,15 @@ class PrimusHook(BaseHook):
         return read_job_ca(job, self.home)
 
     def endpoint(self, record: JobRecord) -> str:
-        """The job's control-API base URL: the connection's fixed one, else its master's own.
+        """The job's control-API base URL: the connection's fixed one (``https`` for a job that
+        serves TLS), else its master's own.
 
         :param record: the job as the store holds it.
         """
         if self.settings["host"]:
             port = f":{self.settings['port']}" if self.settings["port"] else ""
-            return f"http://{self.settings['host']}{port}"
+            scheme = "https" if PrimusJob.model_validate(record.spec).spec.tls else "http"
+            return f"{scheme}://{self.settings['host']}{port}"
         api = (record.status.get("master") or {}).get("api")
         if not api:
             raise Transient(f"job {record.name!r} has no running master yet")

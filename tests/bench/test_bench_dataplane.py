@@ -77,5 +77,6 @@ def test_bench_dataplane_adds_the_object_store_and_tls_figures(
     for key in ("e2e1_rows_s", "e2e1_s3_rows_s", "e2e1_tls_rows_s", "s3_vs_local"):
         assert result[key] > 0, key
     assert result["tls_cost"] < 1  # a fraction of the plain rate: TLS delivered rows too
+    assert len(result["s3_vs_local_rounds"]) == len(result["tls_cost_rounds"]) == 1
     assert result["executor_bad_exits"] == 0
     assert list(tmp_path.iterdir()) == []  # the store, the server's data and the CA are cleaned up

@@ -510,6 +510,15 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
         """Each round's rows/s of ``name`` ÷ e2e1's in the same round: the spread behind a median."""
         return [round(p.wall_s / v.wall_s, 3) for p, v in zip(plain, results[name], strict=True)]
 
+    if store == "s3" or tls:
+        # CPU seconds per million rows of the whole pipeline (executor + trainer process): unlike
+        # rows/s it barely moves when other work shares the machine, so it shows what TLS or the
+        # object store cost even where the rates are noise.
+        extra["service_cpu_s_per_mrow"] = {
+            name: round(statistics.median(v.cpu_s + v.executor_cpu_s for v in results[name]) / mrows, 3)
+            for name in names
+            if name.startswith("e2e1")
+        }
     if store == "s3":
         extra["e2e1_s3_rows_s"] = round(rate["e2e1_s3"])
         extra["s3_vs_local"] = round(rate["e2e1_s3"] / rate["e2e1"], 3)

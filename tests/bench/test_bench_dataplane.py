@@ -78,5 +78,7 @@ def test_bench_dataplane_adds_the_object_store_and_tls_figures(
         assert result[key] > 0, key
     assert result["tls_cost"] < 1  # a fraction of the plain rate: TLS delivered rows too
     assert len(result["s3_vs_local_rounds"]) == len(result["tls_cost_rounds"]) == 1
+    assert set(result["service_cpu_s_per_mrow"]) == {"e2e1", "e2e1_s3", "e2e1_tls"}
+    assert all(cpu > 0 for cpu in result["service_cpu_s_per_mrow"].values())
     assert result["executor_bad_exits"] == 0
     assert list(tmp_path.iterdir()) == []  # the store, the server's data and the CA are cleaned up

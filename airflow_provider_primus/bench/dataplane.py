@@ -12,7 +12,12 @@ Variants, each over the same task graph, each checked to deliver exactly the pla
 (a) **bare**: this process reads, transforms and converts every task to tensors itself;
 (b) **e2e1**: an in-process dispatcher service, one ``primus serve-data`` executor process and a
     ``PrimusDataLoader`` iterating in this process to the end;
-(c) **e2e2**: the same with two executor processes.
+(c) **e2e2**: the same with two executor processes;
+(d) **e2e1_s3** (``store="s3"``): (b) with the same files in a real S3-compatible server that the
+    benchmark starts (SeaweedFS, ``embedded/s3``) on loopback, planned and read over S3 with ranged
+    reads; ``s3_vs_local`` is its rows/s ÷ (b)'s;
+(e) **e2e1_tls** (``tls=True``): (b) with a job CA made for the run, the dispatcher and executor
+    serving TLS and the loader verifying them (``tls.py``); ``tls_cost`` is 1 - its rows/s ÷ (b)'s.
 
 Each variant runs ``rounds`` times, interleaved in rotated order; figures are medians (see ``run``).
 
@@ -38,7 +43,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,6 +52,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import yaml
 
@@ -63,6 +69,7 @@ from airflow_provider_primus.data.tensors import to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 from airflow_provider_primus.spec import load_data_spec
+from airflow_provider_primus.tls import TLS_DIR_ENV, JobCa
 
 # A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.
 log = logging.getLogger(__name__)
@@ -155,7 +162,8 @@ def write_store(root: Path, rows: int, files: int) -> int:
     return per_file * files
 
 
-def spec_document(root: Path) -> dict[str, Any]:
+def spec_document(root: Path | str, storage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The bench's data document over ``root`` (a local folder or an ``s3://`` URI with ``storage``)."""
     transforms: list[dict[str, Any]] = [{"column": c, "hash_bucket": HASH_BUCKETS} for c in SPARSE]
     for name in DENSE:
         transforms += [{"column": name, "fill": 0}, {"column": name, "cast": "float32"}]
@@ -174,6 +182,7 @@ def spec_document(root: Path) -> dict[str, Any]:
                     "path_template": "{date}/{hour}",
                     "granularity": "hour",
                     "success_marker": "_SUCCESS",
+                    **({"storage": storage} if storage else {}),
                     "schema": {
                         "sparse": list(SPARSE),
                         "dense": list(DENSE),
@@ -291,15 +300,25 @@ def run_service(
     message_rows: int,
     window: int,
     credits: int,
+    tls_dir: Path | None = None,
 ) -> _Variant:
+    """``tls_dir``: a job CA's folder; the dispatcher and executors serve TLS from it."""
     token = new_token()
-    server = DispatcherServer(Dispatcher(graph.tasks, graph.edges), token).start()
+    ca = JobCa.read(tls_dir) if tls_dir is not None else None
+    server = DispatcherServer(Dispatcher(graph.tasks, graph.edges), token, ca=ca).start()
+    env = {TLS_DIR_ENV: str(tls_dir)} if tls_dir is not None else {}
     procs: list[subprocess.Popen[str]] = []
     try:
         for i in range(executors):  # each is ready (serving) when launch_executor returns
             try:
                 launched = launch_executor(
-                    f"bench-e{i}", server.location, spec_path, token, window=window, batch_rows=message_rows
+                    f"bench-e{i}",
+                    server.location,
+                    spec_path,
+                    token,
+                    window=window,
+                    batch_rows=message_rows,
+                    env=env,
                 )
             except ExecutorStartError as exc:
                 raise BenchmarkError(str(exc)) from exc
@@ -312,6 +331,7 @@ def run_service(
             credits=credits,
             stall_timeout_s=STALL_S,
             batch_rows=batch_rows,
+            ca=ca,
         )
         me = os.getpid()
         rows = label_sum = 0
@@ -354,6 +374,50 @@ def run_service(
         server.stop()
 
 
+# -- the object store ---------------------------------------------------------------------------------
+
+BUCKET = "bench"
+KEY_ENV, SECRET_ENV = "PRIMUS_BENCH_S3_KEY", "PRIMUS_BENCH_S3_SECRET"
+
+
+@contextlib.contextmanager
+def object_store(root: Path, workdir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The local store copied into a SeaweedFS server started for the run (loopback, a key pair made
+    for it): yields the ``s3://`` root and the source's ``storage`` section. The key pair is in this
+    process's environment while it runs (the planner here and the executors it starts read it)."""
+    from airflow_provider_primus.embedded.s3 import EmbeddedS3, ensure_seaweedfs
+
+    server = EmbeddedS3(ensure_seaweedfs(), workdir)
+    state = server.start()
+    saved = {name: os.environ.get(name) for name in (KEY_ENV, SECRET_ENV)}
+    try:
+        os.environ[KEY_ENV], os.environ[SECRET_ENV] = state.access_key, state.secret_key
+        s3 = pafs.S3FileSystem(
+            access_key=state.access_key,
+            secret_key=state.secret_key,
+            region=state.region,
+            scheme="http",
+            endpoint_override=state.endpoint.split("://", 1)[1],
+            allow_bucket_creation=True,
+        )
+        s3.create_dir(BUCKET)
+        pafs.copy_files(str(root), f"{BUCKET}/store", pafs.LocalFileSystem(), s3)
+        storage = {
+            "endpoint": state.endpoint,
+            "region": state.region,
+            "addressing": "path",
+            "credentials": {"env": {"access_key_id": KEY_ENV, "secret_access_key": SECRET_ENV}},
+        }
+        yield f"s3://{BUCKET}/store", storage
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        server.stop()
+
+
 # -- the benchmark ------------------------------------------------------------------------------------
 
 
@@ -366,8 +430,11 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
     files: int | None = None,
     rounds: int = 5,
     message_rows: int = 32768,
+    store: str = "local",
+    tls: bool = False,
 ) -> dict[str, Any]:
-    """``rounds`` rounds of all three variants; ``files`` defaults to one per ``ROWS_PER_FILE`` rows.
+    """``rounds`` rounds of all variants; ``files`` defaults to one per ``ROWS_PER_FILE`` rows.
+    ``store="s3"`` adds (d), reading the same files from a real object store; ``tls`` adds (e).
 
     A shared two-core machine drifts by ±15% over minutes, and the variant that runs right after
     another inherits its memory and cache state. So the variants are interleaved, each round in a
@@ -378,10 +445,15 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
         raise ValueError(
             "rows, files, batch_rows, message_rows, window, credits and rounds must be at least 1"
         )
+    if store not in ("local", "s3"):
+        raise ValueError(f"store must be 'local' or 's3' (got {store!r})")
     files = files or max(1, math.ceil(rows / ROWS_PER_FILE))
-    names = ("bare", "e2e1", "e2e2")
+    names = (
+        ("bare", "e2e1", "e2e2") + (("e2e1_s3",) if store == "s3" else ()) + (("e2e1_tls",) if tls else ())
+    )
     results: dict[str, list[_Variant]] = {name: [] for name in names}
-    with tempfile.TemporaryDirectory(dir=workdir, prefix="primus-bench-dataplane-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(dir=workdir, prefix="primus-bench-dataplane-"))
         root = Path(tmp) / "store"
         log.info("writing %d rows in %d files", rows, files)
         written = write_store(root, rows, files)
@@ -394,15 +466,37 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
         if planned != written or graph.problems:
             raise BenchmarkError(f"planned {planned} of {written} rows; problems: {graph.problems}")
 
-        knobs = {"batch_rows": batch_rows, "message_rows": message_rows, "window": window, "credits": credits}
+        knobs: dict[str, Any] = {
+            "batch_rows": batch_rows,
+            "message_rows": message_rows,
+            "window": window,
+            "credits": credits,
+        }
         variants = {
             "bare": lambda: run_bare(spec, graph, batch_rows),
             "e2e1": lambda: run_service(spec_path, graph, executors=1, **knobs),
             "e2e2": lambda: run_service(spec_path, graph, executors=2, **knobs),
         }
+        if store == "s3":
+            uri, storage = stack.enter_context(object_store(root, Path(tmp) / "s3"))
+            s3_spec_path = Path(tmp) / "data-s3.yaml"
+            s3_spec_path.write_text(yaml.safe_dump(spec_document(uri, storage), sort_keys=False))
+            s3_graph = plan(
+                load_data_spec(s3_spec_path), START, START + timedelta(hours=hours), PlanOptions()
+            )
+            if sum(t.rows or 0 for t in s3_graph.tasks) != planned or s3_graph.problems:
+                raise BenchmarkError(f"the object store's plan differs: problems {s3_graph.problems}")
+            variants["e2e1_s3"] = lambda: run_service(s3_spec_path, s3_graph, executors=1, **knobs)
+        if tls:
+            tls_dir = Path(tmp) / "tls"
+            JobCa.create("bench-dataplane").write(tls_dir)
+            variants["e2e1_tls"] = lambda: run_service(
+                spec_path, graph, executors=1, tls_dir=tls_dir, **knobs
+            )
         label_sum: int | None = None
         for r in range(rounds):
-            for name in names[r % 3 :] + names[: r % 3]:
+            turn = r % len(names)
+            for name in names[turn:] + names[:turn]:
                 log.info("round %d/%d: %s", r + 1, rounds, name)
                 got = variants[name]()
                 _expect(name, got, planned, label_sum)
@@ -414,7 +508,31 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
     bare_cpu = statistics.median(v.cpu_s for v in results["bare"]) / mrows
     loader_cpu = statistics.median(v.cpu_s for v in results["e2e1"]) / mrows
     executor_cpu = statistics.median(v.executor_cpu_s for v in results["e2e1"]) / mrows
-    service = results["e2e1"] + results["e2e2"]
+    service = [v for name in names if name.startswith("e2e") for v in results[name]]
+    extra: dict[str, Any] = {}
+    plain = results["e2e1"]
+
+    def per_round(name: str) -> list[float]:
+        """Each round's rows/s of ``name`` ÷ e2e1's in the same round: the spread behind a median."""
+        return [round(p.wall_s / v.wall_s, 3) for p, v in zip(plain, results[name], strict=True)]
+
+    if store == "s3" or tls:
+        # CPU seconds per million rows of the whole pipeline (executor + trainer process): unlike
+        # rows/s it barely moves when other work shares the machine, so it shows what TLS or the
+        # object store cost even where the rates are noise.
+        extra["service_cpu_s_per_mrow"] = {
+            name: round(statistics.median(v.cpu_s + v.executor_cpu_s for v in results[name]) / mrows, 3)
+            for name in names
+            if name.startswith("e2e1")
+        }
+    if store == "s3":
+        extra["e2e1_s3_rows_s"] = round(rate["e2e1_s3"])
+        extra["s3_vs_local"] = round(rate["e2e1_s3"] / rate["e2e1"], 3)
+        extra["s3_vs_local_rounds"] = per_round("e2e1_s3")
+    if tls:
+        extra["e2e1_tls_rows_s"] = round(rate["e2e1_tls"])
+        extra["tls_cost"] = round(1 - rate["e2e1_tls"] / rate["e2e1"], 3)
+        extra["tls_cost_rounds"] = [round(1 - r, 3) for r in per_round("e2e1_tls")]
     return {
         "rows": planned,
         "files": files,
@@ -425,6 +543,7 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
         "e2e2_rows_s": round(rate["e2e2"]),
         "ratio": round(rate["e2e1"] / rate["bare"], 3),
         "ratio2": round(rate["e2e2"] / rate["bare"], 3),
+        **extra,
         "ratio_rounds": [
             round(b.wall_s / e.wall_s, 3) for b, e in zip(results["bare"], results["e2e1"], strict=True)
         ],
@@ -441,4 +560,6 @@ def run(  # noqa: PLR0917 - the benchmark's knobs, as `primus bench dataplane` n
         "message_rows": message_rows,
         "window": window,
         "credits": credits,
+        "store": store,
+        "tls": tls,
     }

@@ -47,7 +47,8 @@ def register(sub: Any) -> None:
         help="the data service end to end (1 and 2 executors) vs reading in the trainer's process",
         description="Generate a click-log Parquet store of ROWS rows, then read all of it to tensors "
         "(a) in this process, (b) through the dispatcher, one executor process and the loader, "
-        "(c) the same with two executors; rows/s, CPU per million rows and peak memory side by side.",
+        "(c) the same with two executors, (d) with --store s3 (b) from a real object store, (e) with "
+        "--tls (b) over TLS; rows/s, CPU per million rows and peak memory side by side.",
     )
     d.add_argument("--rows", type=int, default=5_000_000)
     d.add_argument("--files", type=int, help="Parquet files to generate (default: one per 500,000 rows)")
@@ -61,6 +62,19 @@ def register(sub: Any) -> None:
         "--rounds", type=int, default=5, help="interleaved rounds of the three variants; figures are medians"
     )
     d.add_argument("--workdir", type=Path, help="where to generate the store (default: system temp)")
+    d.add_argument(
+        "--store",
+        choices=("local", "s3"),
+        default="local",
+        help="s3: also read the same files from a real S3-compatible server started for the run "
+        "(SeaweedFS on loopback) through one executor; adds s3_vs_local",
+    )
+    d.add_argument(
+        "--tls",
+        action="store_true",
+        help="also run one executor with TLS (a job CA made for the run) on the dispatcher and the "
+        "executor; adds tls_cost",
+    )
     d.set_defaults(handler=run_dataplane)
 
     h = bsub.add_parser(
@@ -227,6 +241,8 @@ def run_dataplane(args: argparse.Namespace) -> int:
             files=args.files,
             rounds=args.rounds,
             message_rows=args.message_rows,
+            store=args.store,
+            tls=args.tls,
         ),
     )
 

@@ -176,20 +176,23 @@ def _job_name(arg: str) -> str:
 
 def _client(store: Any, name: str) -> Any:
     from airflow_provider_primus.master.client import ControlClient
-    from airflow_provider_primus.master.jobs import read_token
+    from airflow_provider_primus.master.jobs import read_job_ca, read_token
 
     api = (store.get(name).status.get("master") or {}).get("api")
     if not api:
         raise RuntimeError(f"job {name!r} has no running master")
     try:
-        token = read_token(name)
+        token, ca = read_token(name), read_job_ca(name)
     except FileNotFoundError:
         if store.kind != "kubernetes":
             raise
+        from airflow_provider_primus.kubernetes.submission import read_ca
         from airflow_provider_primus.kubernetes.submission import read_token as read_secret
 
         token = read_secret(store.api, store.namespace, name)  # submitted from another machine
-    return ControlClient(api, token)
+        kube_ca = read_ca(store.api, store.namespace, name)
+        ca = kube_ca.cert_pem if kube_ca else None
+    return ControlClient(api, token, ca=ca)
 
 
 def _submit(args: argparse.Namespace, store: Any, labels: dict[str, str] | None = None) -> tuple[str, bool]:

@@ -1,4 +1,5 @@
-"""``primus crd`` and ``primus k8s install | manifests``: the cluster side of the Kubernetes backend."""
+"""``primus crd`` and ``primus k8s install | manifests | network-policy``: the cluster side of the
+Kubernetes backend."""
 
 from __future__ import annotations
 
@@ -52,6 +53,25 @@ def register(sub: Any) -> None:
     )
     manifests.set_defaults(handler=cmd_manifests)
 
+    policy = ksub.add_parser(
+        "network-policy",
+        help="print a job's NetworkPolicies (submission creates them)",
+        description="Print the NetworkPolicies that let only JOB's own pods reach its executors and "
+        "master, and callers labelled primus.dev/control-client=true (or from --control-from) reach "
+        "its control API. Submitting a job to a cluster creates them, owned by the job.",
+    )
+    policy.add_argument("job", metavar="JOB")
+    policy.add_argument("--namespace", "-n", default="default")
+    policy.add_argument("--control-port", type=int, default=0, help="the job's fixed control.port, if any")
+    policy.add_argument(
+        "--control-from",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="a network that may call the control API (spec.backend.kubernetes.control_from)",
+    )
+    policy.set_defaults(handler=cmd_network_policy)
+
 
 def _cluster_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", "-n", default="default", help="namespace for the RBAC objects")
@@ -80,6 +100,16 @@ def cmd_manifests(args: argparse.Namespace) -> int:
     docs = rbac(args.namespace)
     if args.master:
         docs.append(master_pod(args.master, args.namespace, args.image or DEFAULT_IMAGE, args.document))
+    sys.stdout.write(_dump(docs))
+    return 0
+
+
+def cmd_network_policy(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.kubernetes.manifests import network_policies
+
+    docs = network_policies(
+        args.job, args.namespace, control_port=args.control_port, control_from=args.control_from
+    )
     sys.stdout.write(_dump(docs))
     return 0
 

@@ -38,6 +38,7 @@ from airflow_provider_primus.master.client import ControlClient, ControlError, T
 from airflow_provider_primus.master.jobs import (
     job_paths,
     load_job,
+    read_job_ca,
     read_token,
     start_master,
     submit_document,
@@ -50,6 +51,7 @@ from airflow_provider_primus.master.store import (
     SqliteJobStore,
     modify,
 )
+from airflow_provider_primus.spec.job import PrimusJob
 from airflow_provider_primus.spec.loader import read_document
 from airflow_provider_primus.spec.status import TERMINAL
 
@@ -225,14 +227,29 @@ class PrimusHook(BaseHook):
             return read_secret(self.kube_api, self.settings["namespace"] or "default", job)
         return read_token(job, self.home)
 
+    def ca(self, job: str) -> bytes | None:
+        """The job's CA certificate, which its master's HTTPS certificate must chain to: from its
+        TLS Secret on Kubernetes, else from where it was submitted; None for a job without TLS.
+
+        :param job: the job's name.
+        """
+        if self.kubernetes:
+            from airflow_provider_primus.kubernetes.submission import read_ca
+
+            found = read_ca(self.kube_api, self.settings["namespace"] or "default", job)
+            return found.cert_pem if found else None
+        return read_job_ca(job, self.home)
+
     def endpoint(self, record: JobRecord) -> str:
-        """The job's control-API base URL: the connection's fixed one, else its master's own.
+        """The job's control-API base URL: the connection's fixed one (``https`` for a job that
+        serves TLS), else its master's own.
 
         :param record: the job as the store holds it.
         """
         if self.settings["host"]:
             port = f":{self.settings['port']}" if self.settings["port"] else ""
-            return f"http://{self.settings['host']}{port}"
+            scheme = "https" if PrimusJob.model_validate(record.spec).spec.tls else "http"
+            return f"{scheme}://{self.settings['host']}{port}"
         api = (record.status.get("master") or {}).get("api")
         if not api:
             raise Transient(f"job {record.name!r} has no running master yet")
@@ -283,16 +300,21 @@ class PrimusHook(BaseHook):
         return record
 
     def start_master(self, name: str) -> int:
-        """Local: a background process (its pid), with the object-store credentials of the Airflow
-        connections its data document names in its environment (its executors inherit them).
-        Kubernetes: the job's master driver pod (owned by the job; 0).
+        """Local: a background process (its pid), with the object-store and Kafka settings of the
+        Airflow connections its data document names in its environment (its executors inherit
+        them). Kubernetes: the same settings as a Secret owned by the job (``<job>-connections``,
+        taken by its pods through ``envFrom``), then the job's master driver pod (0).
 
         :param name: the job's name.
         """
+        env = storage_environment(self.store.get(name).spec)
         if self.kubernetes:
+            if env:  # a Secret owned by the job, taken in whole by its master's and executors' pods
+                from airflow_provider_primus.kubernetes.submission import store_connections
+
+                store_connections(self.store, name, env)  # type: ignore[arg-type]
             self.start_master_pod(name)
             return 0
-        env = storage_environment(self.store.get(name).spec)
         return start_master(name, store_path=getattr(self.store, "path", None), home=self.home, env=env)
 
     def start_master_pod(self, name: str, image: str | None = None) -> dict[str, Any]:
@@ -422,6 +444,7 @@ class PrimusHook(BaseHook):
             retries=self.retries,
             backoff_s=self.backoff_s,
             logger=self.log,
+            ca=lambda: self.ca(job),
         )
 
     def _call(self, job: str, call: Callable[[ControlClient], T]) -> T:

@@ -10,12 +10,14 @@ and cancel jobs.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_primus import __version__
 from airflow_provider_primus.spec.crd import CRD_NAME, GROUP, PLURAL
+from airflow_provider_primus.tls import ADVERTISE_ENV
 
 DEFAULT_IMAGE = f"airflow-provider-primus:{__version__}"
 LABEL_JOB = "primus.dev/job"
@@ -54,6 +56,7 @@ SUBMITTER_RULES = [
     _rule([""], ["secrets", "configmaps"], ["create", "update", "get"]),
     _rule([""], ["events"], ["create", "list"]),
     _rule([""], ["pods"], ["get", "list", "watch", "create", "delete"]),  # the master's driver pod
+    _rule(["networking.k8s.io"], ["networkpolicies"], ["create", "update", "get"]),  # the job's own
 ]
 
 
@@ -130,12 +133,13 @@ def master_pod(
                     "command": ["primus", "master", job, "--namespace", namespace],
                     "env": [
                         {
-                            "name": "PRIMUS_ADVERTISE_HOST",
+                            "name": ADVERTISE_ENV,
                             "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                         },
                         {"name": "PRIMUS_HOME", "value": "/var/lib/primus"},
                         *(env or []),
                     ],
+                    "envFrom": [connections_env_from(job)],
                     "resources": {
                         "requests": {"cpu": "500m", "memory": "1Gi"},
                         "limits": {"cpu": "2", "memory": "2Gi"},
@@ -158,6 +162,85 @@ def master_pod(
             ],
         },
     }
+
+
+CONTROL_CLIENT_LABEL = "primus.dev/control-client"  # pods (Airflow's) that may call a job's master
+
+
+def network_policies(
+    job: str,
+    namespace: str,
+    owner: Mapping[str, Any] | None = None,
+    *,
+    control_port: int = 0,
+    control_from: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """A job's NetworkPolicies (owned by it, so they go with it). ``<job>-isolation``: the job's
+    pods (master, data executors, trainers) accept connections only from the job's own pods, so no
+    other pod reaches its executors' Flight ports. ``<job>-control``: the master also accepts its
+    control API from pods labelled ``primus.dev/control-client: "true"`` in any namespace (where the
+    Airflow hook and UI run) and from ``control_from`` (CIDRs: an Airflow outside the cluster);
+    ``control_port`` limits that to the API's port when the job fixes one. Policies add up: a pod
+    selected by any accepts what any allows. They take effect where the cluster's network plugin
+    enforces NetworkPolicy."""
+    own = {LABEL_JOB: job}
+
+    def policy(
+        name: str, selector: dict[str, str], peers: list[dict[str, Any]], ports: Any
+    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": {**own, **_PART_OF}}
+        if owner:
+            meta["ownerReferences"] = [dict(owner)]
+        rule: dict[str, Any] = {"from": peers}
+        if ports:
+            rule["ports"] = ports
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": meta,
+            "spec": {
+                "podSelector": {"matchLabels": dict(selector)},
+                "policyTypes": ["Ingress"],
+                "ingress": [rule],
+            },
+        }
+
+    callers: list[dict[str, Any]] = [
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": {CONTROL_CLIENT_LABEL: "true"}}},
+        *({"ipBlock": {"cidr": cidr}} for cidr in control_from or ()),
+    ]
+    ports = [{"protocol": "TCP", "port": control_port}] if control_port else None
+    return [
+        policy(f"{job}-isolation", own, [{"podSelector": {"matchLabels": dict(own)}}], None),
+        policy(f"{job}-control", {**own, LABEL_ROLE: "master"}, callers, ports),
+    ]
+
+
+def connections_secret_name(job: str) -> str:
+    return f"{job}-connections"
+
+
+def connections_secret(job: str, env: Mapping[str, str], owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The Airflow connections a job's data document names (``aws`` and ``kafka``), resolved where
+    Airflow is, as the environment its processes read them from (``hooks/primus.storage_environment``):
+    one Secret owned by the job, which the master's and every executor's pod take in whole through
+    ``envFrom`` (the values never appear in a pod spec, a log or an event)."""
+    meta: dict[str, Any] = {"name": connections_secret_name(job), "labels": {LABEL_JOB: job}}
+    if owner:
+        meta["ownerReferences"] = [dict(owner)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in env.items()},
+    }
+
+
+def connections_env_from(job: str) -> dict[str, Any]:
+    """A container's ``envFrom`` entry for the job's connections Secret; optional, since a job whose
+    document names no connection (or one submitted without Airflow) has none."""
+    return {"secretRef": {"name": connections_secret_name(job), "optional": True}}
 
 
 def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from airflow_provider_primus.kubernetes.manifests import (
     LABEL_INDEX,
     LABEL_JOB,
     LABEL_ROLE,
+    connections_env_from,
     document_key,
     documents_configmap,
     documents_configmap_name,
@@ -52,6 +53,8 @@ from airflow_provider_primus.kubernetes.manifests import (
 from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
 from airflow_provider_primus.resources.own_usage import OWN_CGROUP_ENV
 from airflow_provider_primus.spec.data import PrimusData
+from airflow_provider_primus.spec.job import is_loopback
+from airflow_provider_primus.tls import ADVERTISE_ENV, TLS_DIR_ENV, TLS_MOUNT, tls_secret_name
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +83,9 @@ class PodTemplate:
     documents: dict[str, str] = field(default_factory=dict)  # local path → file content
     service_account: str | None = None
     python: str = "python"
-    bind_host: str = "0.0.0.0"
+    # Executors bind their pod's own address (expanded by the kubelet from the downward API), not
+    # every interface: a job that asks for another host (``control.host: 0.0.0.0``) keeps it.
+    bind_host: str = f"$({ADVERTISE_ENV})"
     # Object-store key pairs the data document takes from Secrets: env entries with secretKeyRef,
     # so a key reaches the executor's environment without passing through the master or the API.
     secret_env: list[dict[str, Any]] = field(default_factory=list)
@@ -139,7 +144,8 @@ class KubernetesBackend:
         if "--host" in out:
             # Peers reach a pod on its IP (advertised from the downward API); the token guards it.
             at = out.index("--host") + 1
-            out[at] = self.t.bind_host
+            if is_loopback(out[at]):
+                out[at] = self.t.bind_host
             if role == "data":
                 out[at + 1 : at + 1] = ["--port", str(DATA_PORT)]
         return out
@@ -155,15 +161,19 @@ class KubernetesBackend:
         incarnation: int = 0,
     ) -> dict[str, Any]:
         quantities = {"cpu": cpu_quantity(allotment.cpu), "memory": str(allotment.memory)}
-        variables: list[dict[str, Any]] = []
+        variables: list[dict[str, Any]] = [
+            # First: ``$(PRIMUS_ADVERTISE_HOST)`` in the command expands only to a variable defined
+            # before it is used.
+            {"name": ADVERTISE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        ]
+        tls = TLS_DIR_ENV in env
         for key, value in env.items():
             if key == self.t.token_env:
                 variables.append(token_env_from_secret(self.t.job, key))
+            elif key == TLS_DIR_ENV:  # the master's folder; in a pod the job's TLS Secret, mounted
+                variables.append({"name": key, "value": TLS_MOUNT})
             else:
                 variables.append({"name": key, "value": value})
-        variables.append(
-            {"name": "PRIMUS_ADVERTISE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
-        )
         # A container is its own cgroup: the executor measures its use there and pushes it.
         variables.append({"name": OWN_CGROUP_ENV, "value": "1"})
         variables.extend(self.t.secret_env)
@@ -172,6 +182,8 @@ class KubernetesBackend:
             "image": self.t.image,
             "command": self._command(command, role),
             "env": variables,
+            # The Airflow connections (aws, kafka) the job's data names, resolved by the hook.
+            "envFrom": [connections_env_from(self.t.job)],
             "resources": {"requests": dict(quantities), "limits": dict(quantities)},
             "resizePolicy": [
                 {"resourceName": "cpu", "restartPolicy": "NotRequired"},
@@ -188,15 +200,22 @@ class KubernetesBackend:
         }
         if self.t.service_account:
             spec["serviceAccountName"] = self.t.service_account
+        volumes: list[dict[str, Any]] = []
+        mounts: list[dict[str, Any]] = []
         if self.t.documents:
-            spec["volumes"] = [
-                {"name": "documents", "configMap": {"name": documents_configmap_name(self.t.job)}}
-            ]
+            volumes.append({"name": "documents", "configMap": {"name": documents_configmap_name(self.t.job)}})
             # Each document at the path the master knows it by, so commands need no rewriting.
-            container["volumeMounts"] = [
+            mounts += [
                 {"name": "documents", "mountPath": path, "subPath": document_key(i), "readOnly": True}
                 for i, path in enumerate(self.t.documents)
             ]
+        if tls:  # the job's CA: the executor issues itself a certificate for its pod's address
+            secret = {"secretName": tls_secret_name(self.t.job), "defaultMode": 0o400}
+            volumes.append({"name": "tls", "secret": secret})
+            mounts.append({"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True})
+        if volumes:
+            spec["volumes"] = volumes
+            container["volumeMounts"] = mounts
         meta: dict[str, Any] = {
             "name": pod_name(self.t.job, role, index, incarnation),
             "labels": self._labels(role, index, incarnation, name),

@@ -33,11 +33,13 @@ from airflow_provider_primus.kubernetes.manifests import (
     LABEL_JOB,
     documents_configmap,
     job_documents,
+    network_policies,
     owner_reference,
 )
 from airflow_provider_primus.master.store import Conflict, Event, JobExists, JobNotFound, JobRecord
 from airflow_provider_primus.spec.crd import API_VERSION, KIND, PLURAL
 from airflow_provider_primus.spec.errors import SpecError, SpecIssue
+from airflow_provider_primus.tls import JobCa, tls_secret
 
 EVENT_SOURCE = "primus-master"
 _DATA = "primus.dev/data"
@@ -305,15 +307,30 @@ class KubeJobStore:
         for informer in informers:
             informer.stop()
 
-    def provision(self, name: str, token: str, stored: Mapping[str, Any]) -> None:
-        """The job's token Secret and documents ConfigMap, owned by its resource (idempotent: a
-        resubmission replaces them). Pods read the token through ``secretKeyRef``; it never appears
-        in a pod spec, a log or XCom."""
+    def provision(self, name: str, token: str, stored: Mapping[str, Any], *, ca: JobCa | None = None) -> None:
+        """The job's token Secret, TLS Secret (its CA, when it serves TLS), documents ConfigMap and
+        NetworkPolicies (only its own pods reach its executors: ``manifests.network_policies``),
+        owned by its resource (idempotent: a resubmission replaces them). Pods read the token
+        through ``secretKeyRef`` and mount the CA; neither appears in a pod spec, a log or XCom."""
         owner = owner_reference(self.raw(name))
-        secret = token_secret(name, token, labels={LABEL_JOB: name}, owner=owner)
-        config = documents_configmap(name, job_documents(stored), owner)
-        for plural, body in (("secrets", secret), ("configmaps", config)):
-            path = resource_path("v1", plural, self.namespace)
+        labels = {LABEL_JOB: name}
+        objects = [("secrets", token_secret(name, token, labels=labels, owner=owner))]
+        if ca is not None:
+            objects.append(("secrets", tls_secret(name, ca, labels=labels, owner=owner)))
+        objects.append(("configmaps", documents_configmap(name, job_documents(stored), owner)))
+        spec = stored.get("spec") or {}
+        kube = (spec.get("backend") or {}).get("kubernetes") or {}
+        for policy in network_policies(
+            name,
+            self.namespace,
+            owner,
+            control_port=int((spec.get("control") or {}).get("port") or 0),
+            control_from=list(kube.get("control_from") or []),
+        ):
+            objects.append(("networkpolicies", policy))
+        for plural, body in objects:
+            group = "networking.k8s.io/v1" if plural == "networkpolicies" else "v1"
+            path = resource_path(group, plural, self.namespace)
             try:
                 self.api.create(path, body)
             except KubeError as exc:

@@ -20,6 +20,7 @@ from airflow_provider_primus.credentials import token_from_secret, token_secret_
 from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resource_path
 from airflow_provider_primus.kubernetes.manifests import (
     DEFAULT_IMAGE,
+    connections_secret,
     job_documents,
     master_pod,
     owner_reference,
@@ -27,6 +28,7 @@ from airflow_provider_primus.kubernetes.manifests import (
 from airflow_provider_primus.kubernetes.pods import KubernetesBackend, PodTemplate, storage_secret_env
 from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.spec.data import validate_data_spec
+from airflow_provider_primus.tls import JobCa, ca_from_secret, tls_secret_name
 
 if TYPE_CHECKING:
     from airflow_provider_primus.master.master import Master
@@ -35,6 +37,31 @@ if TYPE_CHECKING:
 def read_token(api: KubeApi, namespace: str, name: str) -> str:
     """The job's token from its Secret: for a master, or a client that did not submit the job."""
     return token_from_secret(api.get(resource_path("v1", "secrets", namespace, token_secret_name(name))))
+
+
+def read_ca(api: KubeApi, namespace: str, name: str, *, key: bool = False) -> JobCa | None:
+    """The job's CA from its TLS Secret (the certificate only unless ``key``); None for a job
+    without TLS."""
+    try:
+        secret = api.get(resource_path("v1", "secrets", namespace, tls_secret_name(name)))
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return ca_from_secret(secret, key=key)
+
+
+def store_connections(store: KubeJobStore, name: str, env: Mapping[str, str]) -> None:
+    """The job's connections Secret (``manifests.connections_secret``), made or replaced before its
+    master pod starts: the master and its executor pods read the connections from it."""
+    body = connections_secret(name, env, owner_reference(store.raw(name)))
+    path = resource_path("v1", "secrets", store.namespace)
+    try:
+        store.api.create(path, body)
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+        store.api.replace(f"{path}/{body['metadata']['name']}", body)
 
 
 def start_master_pod(store: KubeJobStore, name: str, image: str | None = None) -> dict[str, Any]:
@@ -93,9 +120,13 @@ def kube_master(
     # Imported here: the master pulls in the data service and the planner, which ``primus k8s`` and
     # the Airflow hook (importers of this module) never need. Not a cycle: the master imports nothing
     # of this package.
+    from airflow_provider_primus.master.jobs import job_paths
     from airflow_provider_primus.master.master import Master
 
     store = KubeJobStore(api, namespace, informer=True)
+    ca = read_ca(api, namespace, name, key=True)
+    if ca is not None:  # the master's certificates come from the job's CA: kept where it reads it
+        ca.write(job_paths(name, home).tls)
     return Master(
         name,
         store,

@@ -3,7 +3,8 @@
 Every request needs ``Authorization: Bearer <job token>`` (compared in constant time; the token is
 never logged). Writes do not act directly: they record intent in the job's ``desired`` part and the
 reconcile loop carries it out, so a request that arrives while the master restarts is not lost and
-the same request twice does no more than once. Bound to 127.0.0.1 unless the job says otherwise.
+the same request twice does no more than once. Bound to 127.0.0.1 unless the job says otherwise;
+with the job's CA it serves HTTPS with a certificate naming the address it serves on.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import uvicorn
@@ -168,21 +170,43 @@ def create_app(control: Control, token: str, metrics: Callable[[], bytes] | None
 
 
 class ApiServer:
-    """uvicorn in a thread, on a socket we bind ourselves (so the port is known before serving)."""
+    """uvicorn in a thread, on a socket we bind ourselves (so the port is known before serving).
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+    ``tls``: the certificate and key files to serve HTTPS with (uvicorn reads files, so the master
+    writes its certificate 0600 beside the job's CA); ``advertise``: the address clients dial, when
+    it is not the one bound (a wildcard in a pod)."""
+
+    def __init__(
+        self,
+        app: FastAPI,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        tls: tuple[Path, Path] | None = None,
+        advertise: str | None = None,
+    ) -> None:
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = host, self.sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        self.advertise = advertise or host
+        self.tls = tls is not None
+        certfile, keyfile = (str(tls[0]), str(tls[1])) if tls else (None, None)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            ssl_certfile=certfile,
+            ssl_keyfile=keyfile,
+        )
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._serve, name="primus-control-api", daemon=True)
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        host = f"[{self.advertise}]" if ":" in self.advertise else self.advertise
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     def _serve(self) -> None:
         self.server.run(sockets=[self.sock])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -41,6 +42,8 @@ MAX_RETRY_AFTER_S = 300.0
 # Where the master is and the job's token: fixed, or looked up on each attempt (a restarted master
 # listens on a new port, so a retry must read the job's status again).
 Resolvable = str | Callable[[], str]
+# The job's CA certificate (PEM), for a master that serves HTTPS: fixed or looked up (None: none).
+CaSource = bytes | Callable[[], bytes | None] | None
 
 
 class Logger(Protocol):
@@ -124,6 +127,8 @@ class ControlClient:
     :param backoff_s: the first backoff; it doubles per retry, plus up to as much again of jitter.
     :param max_backoff_s: the longest backoff between two attempts (``Retry-After`` may ask for more).
     :param logger: where retries are logged (the hook passes its task log).
+    :param ca: the job's CA certificate (PEM), or a function that reads it: an ``https`` master is
+        verified against it and nothing else (``tls.py``); without it such a master is refused.
     """
 
     def __init__(
@@ -136,9 +141,11 @@ class ControlClient:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         logger: Logger | None = None,
+        ca: CaSource = None,
     ) -> None:
         self._url = url
         self._token = token
+        self._ca = ca
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
@@ -151,9 +158,43 @@ class ControlClient:
 
     # --- one attempt, and the retry loop around it ------------------------------------------------
 
-    def _target(self) -> tuple[str, dict[str, str]]:
+    def _target(self) -> tuple[str, dict[str, str], ssl.SSLContext | bool]:
         token = self._token() if callable(self._token) else self._token
-        return self.url, {"Authorization": f"Bearer {token}"}
+        url = self.url
+        # No token, no header (``Bearer `` alone is not a valid header value): the master says 401.
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return url, headers, self._verify(url)
+
+    def _verify(self, url: str) -> ssl.SSLContext | bool:
+        """What an ``https`` master must prove: a certificate from the job's CA for its address."""
+        if not url.startswith("https://"):
+            return True  # plain HTTP: nothing to verify (a job without TLS, on loopback)
+        ca = self._ca() if callable(self._ca) else self._ca
+        if not ca:
+            raise ControlError(
+                f"the job's master at {url} serves TLS but no CA certificate of the job was given "
+                "to verify it (its tls/ca.crt, or the job's TLS Secret on Kubernetes)"
+            )
+        from airflow_provider_primus.tls import verify_context  # cryptography: only when needed
+
+        return verify_context(ca)
+
+    @staticmethod
+    def _transport_error(url: str, exc: httpx.TransportError) -> Exception:
+        """A refused certificate is final (another job's or no job's: retrying cannot help); a
+        plain-HTTP call that a TLS server hangs up on says so; anything else is worth a retry."""
+        text = str(exc)
+        if "CERTIFICATE_VERIFY_FAILED" in text or isinstance(exc.__context__, ssl.SSLCertVerificationError):
+            return ControlError(
+                f"the job's master at {url} presented a certificate that the job's CA did not "
+                f"issue (another job's server, or not the job's CA): {text}"
+            )
+        if url.startswith("http://") and isinstance(exc, httpx.RemoteProtocolError):
+            return Transient(
+                f"the job's master at {url} is not reachable: {text} (does it serve TLS? use https "
+                "and the job's CA)"
+            )
+        return Transient(f"the job's master at {url} is not reachable: {text}")
 
     @staticmethod
     def _answer(method: str, path: str, response: httpx.Response) -> Any:
@@ -169,7 +210,7 @@ class ControlClient:
         return response.json()
 
     def _once(self, method: str, path: str, body: dict[str, Any] | None, params: dict[str, Any]) -> Any:
-        url, headers = self._target()
+        url, headers, verify = self._target()
         try:
             response = httpx.request(
                 method,
@@ -178,23 +219,24 @@ class ControlClient:
                 params=params or None,
                 headers=headers,
                 timeout=self.timeout_s,
+                verify=verify,
             )
         except httpx.TransportError as exc:
-            raise Transient(f"the job's master at {url} is not reachable: {exc}") from exc
+            raise self._transport_error(url, exc) from exc
         return self._answer(method, path, response)
 
     async def _aonce(
         self, method: str, path: str, body: dict[str, Any] | None, params: dict[str, Any]
     ) -> Any:
-        plain = not callable(self._url) and not callable(self._token)
-        url, headers = self._target() if plain else await asyncio.to_thread(self._target)
+        plain = not callable(self._url) and not callable(self._token) and not callable(self._ca)
+        url, headers, verify = self._target() if plain else await asyncio.to_thread(self._target)
         try:
-            async with httpx.AsyncClient(timeout=self.timeout_s) as client:
+            async with httpx.AsyncClient(timeout=self.timeout_s, verify=verify) as client:
                 response = await client.request(
                     method, f"{url}/v1/{path}", json=body, params=params or None, headers=headers
                 )
         except httpx.TransportError as exc:
-            raise Transient(f"the job's master at {url} is not reachable: {exc}") from exc
+            raise self._transport_error(url, exc) from exc
         return self._answer(method, path, response)
 
     def _policy(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import plan
+from airflow_provider_primus.data.service.auth import bind_host
 from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
 from airflow_provider_primus.master.events import EventLog
@@ -20,6 +21,7 @@ from airflow_provider_primus.spec.data import PrimusData, Window
 from airflow_provider_primus.spec.job import PrimusJob
 from airflow_provider_primus.spec.sources import FileSource
 from airflow_provider_primus.spec.status import EventType
+from airflow_provider_primus.tls import JobCa
 
 __all__ = ["JobData"]
 
@@ -77,7 +79,7 @@ class JobData:
         where = f"source {source.name!r} ({source.uri})" if source is not None else "the job's data"
         return f"planning {where} failed: {type(exc).__name__}: {exc}"
 
-    def start(self, token: str, port: int) -> DispatcherServer:
+    def start(self, token: str, port: int, ca: JobCa | None = None) -> DispatcherServer:
         """Plan everything the job has been given and serve it (raises when planning fails)."""
         spec = self.job.spec
         window = self.data.spec.window
@@ -95,7 +97,8 @@ class JobData:
             max_failed_share=ds.max_failed_share,
             sealed=not spec.follow,
         )
-        self.server = DispatcherServer(dispatcher, token, host=spec.control.host, port=port).start()
+        host = bind_host(spec.control.host)
+        self.server = DispatcherServer(dispatcher, token, host=host, port=port, ca=ca).start()
         return self.server
 
     def append(self, desired_windows: list[Mapping[str, Any]]) -> None:

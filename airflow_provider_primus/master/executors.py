@@ -23,6 +23,7 @@ from airflow_provider_primus.process import EXIT_FILE_ENV
 from airflow_provider_primus.resources.backend import Allotment, Backend, Handle, Observation
 from airflow_provider_primus.spec.job import PrimusJob, Role
 from airflow_provider_primus.spec.status import EventType, ExecutorState
+from airflow_provider_primus.tls import TLS_DIR_ENV
 
 __all__ = ["COMPLETED", "FAILED", "REMOVED", "REMOVING", "RUNNING", "Executor", "Executors", "Exit"]
 
@@ -105,7 +106,11 @@ class Executors:
         exit_dir: Path,
         command_for: CommandFor,
         known: Mapping[str, Mapping[str, Any]],
+        tls_dir: Path | None = None,
     ) -> None:
+        """``tls_dir``: the job's CA folder when it serves TLS (executors find it through
+        ``$PRIMUS_TLS_DIR``; the Kubernetes backend mounts the job's TLS Secret there instead)."""
+        self.tls_dir = tls_dir
         self.job, self.backend, self.events = job, backend, events
         self.token, self.exit_dir, self.command_for = token, exit_dir, command_for
         self.all: dict[str, Executor] = {n: Executor.from_dict(d) for n, d in known.items()}
@@ -163,6 +168,8 @@ class Executors:
         exit_file = self.exit_file(ex)
         exit_file.unlink(missing_ok=True)
         env = {TOKEN_ENV: self.token, EXIT_FILE_ENV: str(exit_file)}
+        if self.tls_dir is not None:
+            env[TLS_DIR_ENV] = str(self.tls_dir)
         command = self.command_for(role, ex.service_name)
         ex.handle = self.backend.launch(
             name, role, index, allotment, command, env, incarnation=ex.incarnation

@@ -1,8 +1,9 @@
 """Submitting a job: validate every document it references, store it, give it a token and a home.
 
 A job's files live under ``PRIMUS_HOME/jobs/<name>/``: the token (mode 0600, read by the CLI and the
-Airflow hook, never logged), the master's log, one log and allotment file per executor, and the
-trainer's work directory (checkpoints, published model) that survives restarts.
+Airflow hook, never logged), the job's TLS certificate authority when it serves TLS (``tls/``,
+0600), the master's log, one log and allotment file per executor, and the trainer's work directory
+(checkpoints, published model) that survives restarts.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from airflow_provider_primus.spec.errors import SpecError, SpecIssue
 from airflow_provider_primus.spec.job import PrimusJob, validate_job_spec
 from airflow_provider_primus.spec.loader import load_data_spec, load_training_spec, read_document
 from airflow_provider_primus.spec.training import check_against, default_training
+from airflow_provider_primus.tls import CA_FILE, JobCa
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,11 @@ class JobPaths:
     @property
     def token(self) -> Path:
         return self.root / "token"
+
+    @property
+    def tls(self) -> Path:
+        """The job's CA (``tls.py``): key and certificate 0600, in a folder only the owner opens."""
+        return self.root / "tls"
 
     @property
     def master_log(self) -> Path:
@@ -54,6 +61,13 @@ def job_paths(name: str, home: Path | None = None) -> JobPaths:
 
 def read_token(name: str, home: Path | None = None) -> str:
     return read_token_file(job_paths(name, home).token)
+
+
+def read_job_ca(name: str, home: Path | None = None) -> bytes | None:
+    """The CA certificate a client of the job verifies its servers with; None for a job without TLS
+    (or one submitted on another machine: a Kubernetes job's is in its TLS Secret)."""
+    path = job_paths(name, home).tls / CA_FILE
+    return path.read_bytes() if path.is_file() else None
 
 
 def load_job(
@@ -152,7 +166,7 @@ def submit_document(
     store = store or SqliteJobStore()
     if name is not None:
         document = {**document, "metadata": {**dict(document.get("metadata") or {}), "name": name}}
-    _, stored = load_job(document, base, store.kind)
+    job, stored = load_job(document, base, store.kind)
     name = str(stored["metadata"]["name"])
     _check_namespace(document, store)
     record = store.create(name, stored, labels)
@@ -163,7 +177,12 @@ def submit_document(
         paths.root.mkdir(parents=True, exist_ok=True)
         token = token or new_token()
         write_token_file(paths.token, token)  # created anew, mode 0600
-        store.provision(name, token, stored)  # Kubernetes: the token Secret, the documents ConfigMap
+        ca = None
+        if job.spec.tls:  # the job's own CA, made now: its servers' certificates come from it
+            ca = JobCa.create(name)
+            ca.write(paths.tls)
+        # Kubernetes: the token and TLS Secrets, the documents ConfigMap
+        store.provision(name, token, stored, ca=ca)
     except Exception:
         store.delete(name)  # no job without its token
         raise

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.data.service.auth import advertised_host, bind_host
 from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.master.api import ApiServer, JobControl, create_app
 from airflow_provider_primus.master.commands import executor_command
@@ -45,6 +46,7 @@ from airflow_provider_primus.resources.local import LocalBackend
 from airflow_provider_primus.spec.job import PrimusJob
 from airflow_provider_primus.spec.loader import load_data_spec, load_training_spec
 from airflow_provider_primus.spec.status import EventType, ExecutorState, Phase
+from airflow_provider_primus.tls import JobCa, write_private
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,9 @@ class Master:
         self.paths = job_paths(name, home)
         self.paths.executors.mkdir(parents=True, exist_ok=True)
         self.token = token or read_token(name, home)
+        # The job's CA (made at submission) when the job serves TLS: the dispatcher and the API
+        # issue their certificates from it, executors get its folder in their environment.
+        self.ca = JobCa.read(self.paths.tls) if self.job.spec.tls else None
         self.wake = threading.Event()
         self.events = EventLog(store, name)
         self.pass_times: deque[float] = deque(maxlen=1000)  # seconds per reconcile pass (benchmarks)
@@ -92,6 +97,7 @@ class Master:
         self.executors = Executors(
             self.job, self.backend, self.events, token=self.token, exit_dir=self.paths.executors,
             command_for=self._command, known=known,
+            tls_dir=self.paths.tls if self.ca else None,
         )  # fmt: skip
         self.scaling = Scaling(self.job, self.executors, self.events, applied=self.applied, previous=previous)
         self.telemetry = Telemetry((previous.get("progress") or {}).get("trainer_report") or {})
@@ -101,7 +107,7 @@ class Master:
         self.jobdata = JobData(self.job, self.data, self.events, windows=windows, progress=progress)
         master = previous.get("master") or {}
         try:
-            self.server = self.jobdata.start(self.token, int(master.get("dispatcher_port") or 0))
+            self.server = self.jobdata.start(self.token, int(master.get("dispatcher_port") or 0), self.ca)
         except Exception as exc:  # the data cannot be planned: nothing will ever run
             message = self.jobdata.planning_failure(exc)
             self._fail_at_start(previous, message)
@@ -109,7 +115,14 @@ class Master:
         listen, self.control = self.job.spec.control, JobControl(store, name, self.wake)
         collector = JobMetrics(name, self.control.status_view, self.events.counts)
         app = create_app(self.control, self.token, metrics=lambda: render(collector))
-        self.api = ApiServer(app, listen.host, int(master.get("api_port") or listen.port)).start()
+        host = bind_host(listen.host)
+        self.api = ApiServer(
+            app,
+            host,
+            int(master.get("api_port") or listen.port),
+            tls=self._api_certificate(host),
+            advertise=advertised_host(host),
+        ).start()
         self.restarted = bool(master)
         for ex in self.executors.adopt_all():
             self._settle(ex, self.executors.lost_while_away(ex))
@@ -117,6 +130,17 @@ class Master:
         self.events.emit(
             EventType.MASTER_STARTED, f"master {verb} (pid {os.getpid()}), control API {self.api.url}"
         )
+
+    def _api_certificate(self, host: str) -> tuple[Path, Path] | None:
+        """The control API's certificate and key, issued afresh for the address it serves on and
+        written 0600 beside the CA (uvicorn reads files)."""
+        if self.ca is None:
+            return None
+        cert, key = self.ca.issue([advertised_host(host)])
+        files = (self.paths.tls / "api.crt", self.paths.tls / "api.key")
+        write_private(files[1], key)
+        write_private(files[0], cert)
+        return files
 
     def _fail_at_start(self, previous: Mapping[str, Any], message: str) -> None:
         """The job fails with the reason in its status, where `primus submit`, `primus status` and

@@ -20,11 +20,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_provider_primus.paths import primus_home
 from airflow_provider_primus.spec.status import Event as StatusEvent
 from airflow_provider_primus.spec.status import JobStatus
+
+if TYPE_CHECKING:
+    from airflow_provider_primus.tls import JobCa
 
 
 class JobNotFound(KeyError):
@@ -113,8 +116,9 @@ class JobStore(Protocol):
         """Release this user's resources (a connection, watch threads); the store stays usable."""
         ...
 
-    def provision(self, name: str, token: str, stored: Mapping[str, Any]) -> None:
-        """What a just-created job needs beside its record (Kubernetes: token Secret, documents)."""
+    def provision(self, name: str, token: str, stored: Mapping[str, Any], *, ca: JobCa | None = None) -> None:
+        """What a just-created job needs beside its record (Kubernetes: token and TLS Secrets,
+        documents)."""
         ...
 
 
@@ -249,8 +253,8 @@ class SqliteJobStore:
             db.execute("UPDATE jobs SET version = version + 1 WHERE name = ?", (name,))
         return self.get(name)
 
-    def provision(self, name: str, token: str, stored: Mapping[str, Any]) -> None:
-        """Nothing: a local job's token file and documents are on this machine already."""
+    def provision(self, name: str, token: str, stored: Mapping[str, Any], *, ca: JobCa | None = None) -> None:
+        """Nothing: a local job's token and CA files and documents are on this machine already."""
 
     def close(self) -> None:
         """Close this thread's connection (each thread that used the store has its own)."""

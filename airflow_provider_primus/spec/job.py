@@ -8,11 +8,20 @@ the master alone: a submitted document that carries one is refused rather than s
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, Strict, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from airflow_provider_primus.spec.base import Metadata, NonEmptyStr, PositiveFloat, PositiveInt, StrictModel
 from airflow_provider_primus.spec.errors import (
@@ -274,6 +283,16 @@ class Scaling(StrictModel):
     max_step: MaxStep = Field(default_factory=MaxStep)
 
 
+def _cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=False))
+    except ValueError:
+        raise ValueError(f"must be a network in CIDR form like '10.0.0.0/16' (got {value!r})") from None
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+
+
 class KubernetesBackend(StrictModel):
     """Where and how executor pods run. ``image`` defaults to the provider's executor image
     (docker/Dockerfile); ``on_resize_refused`` is the fallback when the cluster refuses an in-place
@@ -284,11 +303,27 @@ class KubernetesBackend(StrictModel):
     context: NonEmptyStr | None = None
     executor_service_account: NonEmptyStr | None = None
     on_resize_refused: Literal["keep", "recreate"] = "keep"
+    # Networks (CIDRs) besides pods labelled ``primus.dev/control-client: "true"`` from which the
+    # job's NetworkPolicy lets the master's control API be called (an Airflow outside the cluster).
+    control_from: list[Cidr] = Field(default_factory=list)
 
 
 class Backend(StrictModel):
+    """``tls``: the control API, the dispatcher and every data executor serve TLS with a certificate
+    authority made for this job when it is submitted, and every client verifies it (the token stays
+    the authorisation). Unset: on for Kubernetes and for a local job that listens beyond loopback,
+    off for a local job on 127.0.0.1 (nothing leaves the machine)."""
+
     type: Literal["local", "kubernetes"] = "local"
     kubernetes: KubernetesBackend | None = None
+    tls: StrictBool | None = None
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class Control(StrictModel):
@@ -320,6 +355,13 @@ class JobSpec(StrictModel):
     follow: StrictBool = False
     max_steps: PositiveInt | None = None
     passthrough: list[NonEmptyStr] = Field(default_factory=list)
+
+    @property
+    def tls(self) -> bool:
+        """Whether the job's servers speak TLS (``backend.tls``, else its default)."""
+        if self.backend.tls is not None:
+            return self.backend.tls
+        return self.backend.type == "kubernetes" or not is_loopback(self.control.host)
 
     @model_validator(mode="after")
     def _backend_settings(self) -> JobSpec:

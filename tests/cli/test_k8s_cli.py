@@ -75,3 +75,5 @@ def test_the_shipped_manifests_are_the_generated_ones() -> None:
     shipped = Path(__file__).parents[2] / "docker" / "kubernetes"
     assert (shipped / "crd.yaml").read_text() == primus("crd").stdout
     assert (shipped / "rbac.yaml").read_text() == primus("k8s", "manifests", "-n", "primus").stdout
+    policy = primus("k8s", "network-policy", "example-job", "-n", "primus").stdout
+    assert (shipped / "networkpolicy.yaml").read_text() == policy

@@ -18,13 +18,17 @@ from tests.master.test_master import ended, running, until
 pytestmark = pytest.mark.timeout(240)
 
 
-def test_sync_and_async_control_calls_on_a_running_job(job_world: JobWorld) -> None:
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_sync_and_async_control_calls_on_a_running_job(job_world: JobWorld, tls: bool) -> None:
+    """With TLS the hook verifies the master against the job's CA (read where it was submitted)."""
     hook = PrimusHook()  # no connection: the local backend's defaults ($PRIMUS_HOME)
-    record = hook.submit_job(job_world.job(follow=True), start=False)
+    record = hook.submit_job(job_world.job(follow=True, backend={"tls": tls}), start=False)
     assert record.name == "job" and hook.get_job("job") is not None
+    assert (hook.ca("job") is not None) is tls
     with running(job_world):
         hook.wait_for_master("job")
         status = hook.get_status("job")
+        assert status["master"]["api"].startswith("https://" if tls else "http://")
         assert status["phase"] in ("Pending", "Running") and "data_progress" not in status
         assert asyncio.run(hook.aget_status("job"))["master"] == status["master"]
         assert hook.scale("job", "data", 2)["accepted"] is True

@@ -129,9 +129,13 @@ def test_a_launched_executor_is_a_pod_with_the_jobs_contract(
         "valueFrom": {"secretKeyRef": {"name": "j-token", "key": "token"}},
     }
     assert TOKEN not in json.dumps(pod)
+    # The Airflow connections the hook resolved, from the job's Secret (absent: none named).
+    assert c["envFrom"] == [{"secretRef": {"name": "j-connections", "optional": True}}]
     assert env_vars["PRIMUS_ADVERTISE_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert c["command"][:3] == ["python", "-m", "airflow_provider_primus.cli.main"]
-    assert c["command"][-4:] == ["--host", "0.0.0.0", "--port", "50051"]
+    # The pod's own address (the kubelet expands it from the downward API), never every interface.
+    assert c["command"][-4:] == ["--host", "$(PRIMUS_ADVERTISE_HOST)", "--port", "50051"]
+    assert c["env"][0]["name"] == "PRIMUS_ADVERTISE_HOST"  # defined before the command uses it
     assert c["readinessProbe"]["tcpSocket"]["port"] == "flight"
     assert c["volumeMounts"][0]["mountPath"] == "/specs/data.yaml"
     assert c["volumeMounts"][0]["subPath"] == "document-0.yaml"
@@ -219,6 +223,27 @@ def test_exits_terminations_and_orphans_are_observed(
     b.observe([failing])
     assert b.informer.wait_for(lambda objs: "j-data-2-0" not in objs, timeout_s=30)
     assert ("OrphanDeleted", "data-2") in [(t, e) for t, e, _ in recorder.events]
+
+
+def test_a_tls_job_mounts_its_ca_secret_and_an_asked_wildcard_is_kept(
+    kube: KubeEnv, backend: tuple[KubernetesBackend, Recorder]
+) -> None:
+    """The master's TLS folder becomes the job's TLS Secret, mounted read-only where the executor's
+    ``$PRIMUS_TLS_DIR`` points; a job that asked for ``0.0.0.0`` binds it (and advertises its IP)."""
+    b, _ = backend
+    env = {"PRIMUS_JOB_TOKEN": TOKEN, "PRIMUS_TLS_DIR": "/home/me/.primus/jobs/j/tls"}
+    wildcard = [*command("data")[:-1], "0.0.0.0"]
+    b.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), wildcard, env)
+    pod = kube.api().get(resource_path("v1", "pods", kube.namespace, "j-data-0-0"))
+    (c,) = pod["spec"]["containers"]
+    env_vars = {e["name"]: e for e in c["env"]}
+    assert env_vars["PRIMUS_TLS_DIR"] == {"name": "PRIMUS_TLS_DIR", "value": "/var/run/primus/tls"}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["tls"]["secret"] == {"secretName": "j-tls", "defaultMode": 0o400}
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["tls"] == {"name": "tls", "mountPath": "/var/run/primus/tls", "readOnly": True}
+    assert c["command"][-4:] == ["--host", "0.0.0.0", "--port", "50051"]
+    assert "/home/me" not in json.dumps(pod)
 
 
 def test_object_store_secrets_reach_executor_pods_by_secret_key_ref() -> None:

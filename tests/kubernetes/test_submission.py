@@ -6,6 +6,7 @@ a ``kill -9`` a new master re-adopts every pod without a duplicate. Deleting the
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import signal
@@ -20,7 +21,7 @@ import pytest
 from airflow_provider_primus.kubernetes.client import resource_path
 from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.master.client import ControlClient
-from airflow_provider_primus.master.jobs import read_token, submit, wait_for
+from airflow_provider_primus.master.jobs import read_job_ca, read_token, submit, wait_for
 from airflow_provider_primus.master.store import JobRecord
 from airflow_provider_primus.spec.crd import API_VERSION, PLURAL
 from tests.kube_env import MASTER_USER, SUBMITTER_USER, KubeEnv
@@ -78,7 +79,7 @@ class KubeJob:
 
     def client(self) -> ControlClient:
         record = self.wait(lambda r: bool((r.status.get("master") or {}).get("api")))
-        return ControlClient(record.status["master"]["api"], read_token(self.name))
+        return ControlClient(record.status["master"]["api"], read_token(self.name), ca=read_job_ca(self.name))
 
     def close(self) -> None:
         for proc in self.masters:
@@ -117,10 +118,25 @@ def test_submit_creates_the_resource_secret_and_documents(kube_job: KubeJob, kub
     assert obj["spec"]["data"] == str(kube_job.world.data_path)
     owner = [{"kind": "PrimusJob", "name": "job", "uid": obj["metadata"]["uid"]}]
     secret = kube.api().get(resource_path("v1", "secrets", kube.namespace, "job-token"))
+    tls = kube.api().get(resource_path("v1", "secrets", kube.namespace, "job-tls"))
     documents = kube.api().get(resource_path("v1", "configmaps", kube.namespace, "job-documents"))
-    for made in (secret, documents):
+    policies = resource_path("networking.k8s.io/v1", "networkpolicies", kube.namespace)
+    listed = kube.api().get(policies, labelSelector="primus.dev/job=job")["items"]
+    assert sorted(p["metadata"]["name"] for p in listed) == ["job-control", "job-isolation"]
+    isolation, control = (kube.api().get(f"{policies}/job-{n}") for n in ("isolation", "control"))
+    for made in (secret, tls, documents, isolation, control):
         refs = [{k: r[k] for k in ("kind", "name", "uid")} for r in made["metadata"]["ownerReferences"]]
         assert refs == owner
+    # TLS is on by default on Kubernetes: the job's CA in its Secret is the one written locally.
+    assert base64.b64decode(tls["data"]["ca.crt"]) == read_job_ca("job")
+    assert "ca.key" in tls["data"]
+    # Only the job's own pods reach the job's pods; its master also takes calls from control clients.
+    own = {"primus.dev/job": "job"}
+    assert isolation["spec"]["podSelector"]["matchLabels"] == own
+    assert isolation["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": own}}]}]
+    assert control["spec"]["podSelector"]["matchLabels"] == {**own, "primus.dev/role": "master"}
+    (peer,) = control["spec"]["ingress"][0]["from"]
+    assert peer["podSelector"]["matchLabels"] == {"primus.dev/control-client": "true"}
     assert sorted(documents["data"]) == ["document-0.yaml", "document-1.yaml"]
     assert documents["data"]["document-0.yaml"] == kube_job.world.data_path.read_text()
     assert record.version > 0

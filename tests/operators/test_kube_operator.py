@@ -5,12 +5,15 @@ shipped submitter Role), a retry reattaches to the job by its labels, and a canc
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from typing import Any
 
 import pytest
+import yaml
 from airflow.sdk.exceptions import TaskDeferred
 
+from airflow_provider_primus.data.sources.kafka_client import connection_env_name
 from airflow_provider_primus.hooks.primus import PrimusHook
 from airflow_provider_primus.kubernetes.client import resource_path
 from airflow_provider_primus.operators.base import job_name_for
@@ -20,6 +23,7 @@ from airflow_provider_primus.triggers.job import PrimusJobTrigger
 from tests.kube_env import SUBMITTER_USER, KubeEnv
 from tests.master.conftest import JobWorld
 from tests.operators.test_job_operators import context
+from tests.training.conftest import SCHEMA
 
 RUN_ID = "scheduled__2026-05-01T00:00:00+00:00"
 
@@ -106,3 +110,44 @@ async def _first(trigger: PrimusJobTrigger) -> dict[str, Any]:
         payload: dict[str, Any] = event.payload
         return payload
     raise AssertionError("no event")
+
+
+def test_the_jobs_connections_reach_its_pods_through_a_secret(
+    job_world: JobWorld, kube: KubeEnv, kube_conn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A data document naming an Airflow ``kafka`` connection: on Kubernetes the hook resolves it
+    and stores it as the job's connections Secret (owned by the job), which the master pod takes
+    through ``envFrom``; the password appears in no pod spec."""
+    password = "never-in-a-pod-spec"
+    extra = {
+        "bootstrap.servers": "127.0.0.1:9092",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "trainer",
+        "sasl.password": password,
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_KAFKA", json.dumps({"conn_type": "kafka", "extra": extra}))
+    data = yaml.safe_load(job_world.data_path.read_text())
+    stream = {"name": "events", "type": "kafka", "connection": "lake_kafka", "topic": "clicks"}
+    stream |= {"event_time_field": "ts", "start": {"policy": "earliest"}, "schema": SCHEMA}
+    data["spec"]["sources"].append(stream)
+    job_world.data_path.write_text(yaml.safe_dump(data))
+    spec = {"backend": {"type": "kubernetes", "kubernetes": {"namespace": kube.namespace}}}
+    path = job_world.job("streamed", **spec)
+    doc = yaml.safe_load(path.read_text())
+    del doc["spec"]["training"]  # the embedded defaults: mixed training of the history and the stream
+    path.write_text(yaml.safe_dump(doc))
+    hook = PrimusHook(backend="kubernetes", namespace=kube.namespace, kubernetes_conn_id=kube_conn)
+    hook.submit_job(path, start=False)
+    hook.start_master("streamed")
+
+    secrets = resource_path("v1", "secrets", kube.namespace)
+    secret = kube.api().get(f"{secrets}/streamed-connections")
+    assert [r["name"] for r in secret["metadata"]["ownerReferences"]] == ["streamed"]
+    (key,) = secret["data"]
+    assert key == connection_env_name("lake_kafka")
+    assert json.loads(base64.b64decode(secret["data"][key])) == extra
+    pod = kube.api().get(resource_path("v1", "pods", kube.namespace, "streamed-master"))
+    (container,) = pod["spec"]["containers"]
+    assert container["envFrom"] == [{"secretRef": {"name": "streamed-connections", "optional": True}}]
+    assert password not in json.dumps(pod)

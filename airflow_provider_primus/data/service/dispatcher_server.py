@@ -1,7 +1,8 @@
 """The dispatcher as a service: a Flight server whose actions are the dispatcher's methods.
 
 The master hosts it for a job; a standalone trainer, tests and benchmarks host it in-process.
-Binds 127.0.0.1 unless told otherwise; every call needs the job token.
+Binds 127.0.0.1 unless told otherwise; every call needs the job token; with the job's CA it serves
+TLS (``auth.server_args``).
 """
 
 from __future__ import annotations
@@ -13,16 +14,24 @@ from typing import Any
 
 from pyarrow import flight
 
-from airflow_provider_primus.data.service.auth import TokenAuthFactory, advertised, call_options
+from airflow_provider_primus.data.service.auth import advertised, call_options, flight_client, server_args
 from airflow_provider_primus.data.service.dispatcher import Dispatcher, JobFailed, Lease
 from airflow_provider_primus.data.service.wire import dumps, loads, task_from_dict, task_to_dict
+from airflow_provider_primus.tls import JobCa
 
 
 class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
-    def __init__(self, dispatcher: Dispatcher, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
-        super().__init__(f"grpc://{host}:{port}", middleware={"auth": TokenAuthFactory(token)})
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        ca: JobCa | None = None,
+    ) -> None:
+        super().__init__(**server_args(host, port, token, ca))
         self.dispatcher = dispatcher
-        self.location = advertised(host, self.port)
+        self.location = advertised(host, self.port, tls=ca is not None)
         self._thread: threading.Thread | None = None
         # Executors that lease nothing (trainers) report their telemetry here and pick up commands
         # from the master (e.g. a savepoint) in the answer.
@@ -122,8 +131,16 @@ def _lease_to_dict(lease: Lease) -> dict[str, Any]:
 class DispatcherClient:
     """The executor's and the loader's side of the dispatcher service."""
 
-    def __init__(self, location: str, token: str, timeout_s: float = 30.0, grace_s: float = 0.0) -> None:
-        self._client = flight.FlightClient(location)
+    def __init__(
+        self,
+        location: str,
+        token: str,
+        timeout_s: float = 30.0,
+        grace_s: float = 0.0,
+        ca: JobCa | None = None,
+    ) -> None:
+        """``ca``: the job's CA for a ``grpc+tls://`` location (default: ``$PRIMUS_TLS_DIR``'s)."""
+        self._client = flight_client(location, ca)
         self._options = call_options(token, timeout_s)
         # How long an unreachable dispatcher is retried: a job's master may be restarting (it comes
         # back on the same port with its state from the job store).

@@ -33,7 +33,7 @@ from pyarrow import flight
 
 from airflow_provider_primus.data.errors import CorruptFileError
 from airflow_provider_primus.data.reader import READ_ROWS, read_task
-from airflow_provider_primus.data.service.auth import TokenAuthFactory, advertised
+from airflow_provider_primus.data.service.auth import advertised, server_args
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.data.service.options import DataExecutorOptions
 from airflow_provider_primus.data.service.wire import dumps, loads
@@ -42,6 +42,7 @@ from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMism
 from airflow_provider_primus.process import StopRequested
 from airflow_provider_primus.resources.allotment import AllotmentWatcher
 from airflow_provider_primus.resources.own_usage import own_usage
+from airflow_provider_primus.tls import JobCa, load_job_ca
 
 BATCH, END, EOF = "batch", "end", "eof"
 
@@ -96,11 +97,13 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         passthrough: tuple[str, ...] = (),
         master_grace_s: float = 0.0,
         transform_threads: int = 2,
+        ca: JobCa | None = None,
     ) -> None:
-        super().__init__(f"grpc://{host}:{port}", middleware={"auth": TokenAuthFactory(token)})
+        """``ca``: the job's CA; with it the executor serves TLS and verifies its dispatcher."""
+        super().__init__(**server_args(host, port, token, ca))
         self.name = name
-        self.location = advertised(host, self.port)
-        self.client = DispatcherClient(dispatcher, token, grace_s=master_grace_s)
+        self.location = advertised(host, self.port, tls=ca is not None)
+        self.client = DispatcherClient(dispatcher, token, grace_s=master_grace_s, ca=ca)
         self.spec = spec
         self.window = window
         self.batch_rows = batch_rows
@@ -470,6 +473,7 @@ def serve(options: DataExecutorOptions, spec: Any, token: str) -> int:
         heartbeat_s=options.heartbeat_s,
         master_grace_s=options.master_grace_s,
         transform_threads=transform_threads,
+        ca=load_job_ca(),  # the job's CA when it runs with TLS (``$PRIMUS_TLS_DIR``)
     )
     # The Flight server already accepts calls; this thread only waits for the end of the job.
     stop = StopRequested()

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +48,9 @@ def launch_executor(
     batch_rows: int = 8192,
     heartbeat_s: float | None = None,
     passthrough: tuple[str, ...] = (),
+    env: Mapping[str, str] | None = None,
 ) -> ExecutorProcess:
+    """``env``: more environment (the job's TLS folder, object-store key variables)."""
     primus = Path(sys.executable).parent / "primus"
     command = [str(primus)] if primus.exists() else primus_command()
     command += [
@@ -68,7 +71,7 @@ def launch_executor(
         command += ["--passthrough", *passthrough]
     proc = subprocess.Popen(
         tied_to_launcher(command),
-        env=dict(os.environ, **{TOKEN_ENV: token}),
+        env={**os.environ, **(env or {}), TOKEN_ENV: token},
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,

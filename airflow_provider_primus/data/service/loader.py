@@ -23,11 +23,12 @@ import numpy as np
 import pyarrow as pa
 from pyarrow import flight
 
-from airflow_provider_primus.data.service.auth import call_options
+from airflow_provider_primus.data.service.auth import call_options, flight_client
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.data.service.intervals import IntervalSet
 from airflow_provider_primus.data.service.wire import dumps, loads
 from airflow_provider_primus.data.tensors import TensorBatch, to_tensors
+from airflow_provider_primus.tls import JobCa
 
 
 class DataServiceError(RuntimeError):
@@ -37,9 +38,11 @@ class DataServiceError(RuntimeError):
 class _Connection:
     """One DoExchange stream to one data executor."""
 
-    def __init__(self, name: str, location: str, token: str, credits: int, out: queue.Queue[Any]) -> None:
+    def __init__(  # noqa: PLR0917 - one stream's parts
+        self, name: str, location: str, token: str, credits: int, out: queue.Queue[Any], ca: JobCa | None
+    ) -> None:
         self.name = name
-        self.client = flight.FlightClient(location)
+        self.client = flight_client(location, ca)
         descriptor = flight.FlightDescriptor.for_command(b"consume")
         self.writer, self.reader = self.client.do_exchange(descriptor, call_options(token))
         self._lock = threading.Lock()
@@ -113,9 +116,12 @@ class PrimusDataLoader:
         grace_s: float = 0.0,
         stop_when_idle: bool = False,
         batch_rows: int | None = None,
+        ca: JobCa | None = None,
     ) -> None:
+        """``ca``: the job's CA, for servers on ``grpc+tls://`` (default: ``$PRIMUS_TLS_DIR``'s)."""
         self._token = token
-        self._dispatcher = DispatcherClient(dispatcher, token, grace_s=grace_s)
+        self._ca = ca
+        self._dispatcher = DispatcherClient(dispatcher, token, grace_s=grace_s, ca=ca)
         # With an open graph (windows appended to a running job) an iteration ends when every task
         # known so far is consumed; ``idle`` then tells the caller to come back later, not that the
         # pass is over. Iterating again continues from ``progress()``.
@@ -163,7 +169,9 @@ class PrimusDataLoader:
             if key in self._connections or now - self._refused.get(key, -1e9) < 1.0:
                 continue
             try:
-                self._connections[key] = _Connection(key, location, self._token, self.credits, self._queue)
+                self._connections[key] = _Connection(
+                    key, location, self._token, self.credits, self._queue, self._ca
+                )
             except (flight.FlightError, pa.ArrowException, OSError):
                 self._refused[key] = now
 

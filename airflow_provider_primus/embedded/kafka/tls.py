@@ -9,9 +9,7 @@ written 0600 and never leave the work dir.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from dataclasses import dataclass
-from ipaddress import IPv4Address
 from pathlib import Path
 
 __all__ = ["BrokerTls", "ensure_broker_tls"]
@@ -27,56 +25,29 @@ class BrokerTls:
     cert_file: Path
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-
-
 def ensure_broker_tls(folder: Path, *, days: int = 30) -> BrokerTls:
     """The CA and broker certificate under ``folder``, generated once (a restarted broker keeps the
     certificate its clients already trust)."""
     tls = BrokerTls(folder / "ca.pem", folder / "broker-keystore.pem", folder / "broker-cert.pem")
     if all(p.is_file() for p in (tls.ca_file, tls.keystore_file, tls.cert_file)):
         return tls
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    from airflow_provider_primus.embedded.certs import ca_certificate
+    from airflow_provider_primus.tls import ca_certificate, leaf_certificate, write_private
 
     folder.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)  # tolerate a little clock skew
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca_cert = ca_certificate(ca_key, "primus embedded kafka test CA", now, now + dt.timedelta(days=days))
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(IPv4Address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    expires = now + dt.timedelta(days=days)
+    cert = leaf_certificate(ca_key, ca_cert, key, ["localhost", "127.0.0.1"], now, expires)
     pem = serialization.Encoding.PEM
     key_pem = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     cert_pem = cert.public_bytes(pem)
     ca_pem = ca_cert.public_bytes(pem)
-    _write_private(tls.keystore_file, key_pem + cert_pem + ca_pem)
+    write_private(tls.keystore_file, key_pem + cert_pem + ca_pem)
     tls.cert_file.write_bytes(cert_pem)
     tls.ca_file.write_bytes(ca_pem)  # written last: its presence means the set is complete
     return tls

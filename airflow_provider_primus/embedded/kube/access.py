@@ -108,7 +108,7 @@ def write_credentials(pki: Path) -> tuple[Path, Path, Path, Path, Path]:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    from airflow_provider_primus.embedded.certs import ca_certificate
+    from airflow_provider_primus.tls import ca_certificate
 
     pki.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)

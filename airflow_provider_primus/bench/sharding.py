@@ -135,23 +135,26 @@ def train(model: DLRM, optim: Optimizers, group: Group, run: ShardingRun) -> Non
         )
 
 
-def _data_bytes() -> int:
-    """This process's data size (VmData), in bytes: what RLIMIT_DATA limits."""
+def _status(field_name: str) -> int:
+    """A ``/proc/self/status`` figure in bytes (VmData, VmRSS, VmHWM)."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmData:"):
+            if line.startswith(field_name + ":"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmData in /proc/self/status")
+    raise RuntimeError(f"no {field_name} in /proc/self/status")
 
 
-def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+def _reset_peak_rss() -> None:
+    """Start the peak resident set (VmHWM) afresh from now: what importing torch and joining the
+    group peaked at is not the model's. Linux >= 4.0; where refused, the peak includes start-up."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def _warm_up(run: ShardingRun) -> None:
     """One step of a tiny replicated model on this trainer alone: what torch loads on first use
-    (the optimizers import torch._dynamo) is loaded before the allotment, not counted against it
-    (an import that fails halfway under the limit would leave torch broken)."""
+    (the optimizers import torch._dynamo) is loaded before measuring and before the allotment, not
+    counted against either (an import that fails halfway under the limit would leave torch broken)."""
     tiny = ShardingRun(
         rows=tuple(8 for _ in run.rows), plan=tuple(REPLICATED for _ in run.rows), out=run.out, steps=1
     )
@@ -177,17 +180,19 @@ def train_worker(rank: int, world: int, init: str, run: ShardingRun) -> None:
     torch.set_num_threads(1)
     group = Group(rank, world, init)
     try:
-        base_rss = _peak_rss()
+        _warm_up(run)
         refused = None
         if run.allotment_bytes is not None:
-            _warm_up(run)
-            limit = _data_bytes() + run.allotment_bytes
+            limit = _status("VmData") + run.allotment_bytes
             resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.RLIM_INFINITY))
             if run.probe_replicated:
                 refused = _refused(run)
+        base_rss = _status("VmRSS")
+        _reset_peak_rss()
         model = build_model(run.plan, rank, world, **run.model_args())
         optim = Optimizers(model)
         train(model, optim, group, run)
+        peak_rss = _status("VmHWM")  # before the checkpoint: its serialising is not training
         need = footprint(model)
         if run.checkpoint_dir is not None:
             store = CheckpointStore(Path(run.checkpoint_dir))
@@ -201,7 +206,7 @@ def train_worker(rank: int, world: int, init: str, run: ShardingRun) -> None:
             {
                 "rank": rank,
                 "base_rss": base_rss,
-                "peak_rss": _peak_rss(),
+                "peak_rss": peak_rss,
                 "table_bytes": need.table_bytes,
                 "dense_bytes": need.dense_bytes,
                 "replicated_refused": refused,
@@ -263,7 +268,7 @@ def spawn(run: ShardingRun, world: int, timeout_s: float = 600.0) -> list[dict[s
 
 
 def _mb(n: float) -> float:
-    return round(n / MIB, 1)
+    return round(n / MIB, 2)
 
 
 def run(
@@ -293,6 +298,9 @@ def run(
         "tables_mb": _mb(tables),
         "dense_mb": _mb(dense),
         "base_rss_mb": _mb(base),
+        # Each trainer's peak over its own start-up resident set: the model state and the steps.
+        "model_rss_replicated_mb": _mb(max(r["peak_rss"] - r["base_rss"] for r in replicated)),
+        "model_rss_row_wise_mb": _mb(max(r["peak_rss"] - r["base_rss"] for r in row_wise)),
         "expected_row_wise_mb": _mb(base + tables / trainers + dense),
         "row_wise_tables_mb_per_trainer": _mb(max(r["table_bytes"] for r in row_wise)),
         "trainers": trainers,

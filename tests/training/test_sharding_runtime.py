@@ -84,6 +84,7 @@ def test_two_row_wise_trainers_train_the_replicated_model_checkpoint_per_shard_a
     replicated = train(files_world, tmp_path / "replicated", {})
     for result in (row_wise, replicated):
         assert result["trainers"] == 2 and result["rows_trained"] == {"history": HOURS * PER_FILE}
+        assert result["replicas_identical"]  # everything but the row-wise shards
     # The same rows on the same trainer at the same step: then the models must agree.
     for rank in (0, 1):
         assert trace(tmp_path, "row_wise", rank) == trace(tmp_path, "replicated", rank)

@@ -248,18 +248,25 @@ def exchanges_rows(model: nn.Module) -> bool:
 
 def full_state_dict(model: nn.Module) -> dict[str, Any]:
     """The model's state with every sharded table whole, on rank 0 (other ranks get ``{}``).
-    Collective: every trainer calls it. Rank 0 then holds each whole table, one after the other;
-    this is what a published snapshot needs (serving reads one file)."""
+    Collective: every trainer calls it. Each shard is received straight into its rows of the whole
+    table (point to point), so rank 0 holds each whole table once, one table after the other; this
+    is what a published snapshot needs (serving reads one file)."""
     state = model.state_dict()
-    tables = row_wise_tables(model)
     leader = not dist.is_initialized() or dist.get_rank() == 0
-    for j, table in tables.items():
-        key = f"embeddings.{j}.weight"
+    for j, table in row_wise_tables(model).items():
         if table.world == 1:
             continue
+        key = f"embeddings.{j}.weight"
         shard = state.pop(key).detach().cpu()
-        parts: list[Any] | None = [None] * table.world if leader else None
-        dist.gather_object(shard, parts, dst=0)
-        if leader and parts is not None:
-            state[key] = torch.cat(parts)
+        bounds = row_bounds(table.num_embeddings, table.world)
+        if not leader:
+            if shard.shape[0]:
+                dist.send(shard.contiguous(), dst=0)
+            continue
+        whole = torch.empty((table.num_embeddings, table.embedding_dim), dtype=shard.dtype)
+        whole[bounds[0] : bounds[1]] = shard
+        for r in range(1, table.world):
+            if bounds[r + 1] > bounds[r]:
+                dist.recv(whole[bounds[r] : bounds[r + 1]], src=r)
+        state[key] = whole
     return state if leader else {}

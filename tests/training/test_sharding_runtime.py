@@ -22,11 +22,15 @@ from tests.training.conftest import T0, events, history_source
 
 PRIMUS = str(Path(sys.executable).parent / "primus")
 HOURS, PER_FILE = 2, 1500
+HOLDOUT = {
+    "start": (T0 + timedelta(hours=HOURS)).isoformat(),
+    "end": (T0 + timedelta(hours=HOURS + 1)).isoformat(),
+}
 
 
 @pytest.fixture
 def files_world(tmp_path: Path) -> Path:
-    for h in range(HOURS):
+    for h in range(HOURS + 1):  # the last hour is the held-out window
         t = T0 + timedelta(hours=h)
         part = tmp_path / "store" / t.strftime("%Y-%m-%d") / t.strftime("%H")
         part.mkdir(parents=True)
@@ -60,6 +64,8 @@ def train(data: Path, workdir: Path, sharding: dict[str, str]) -> dict[str, Any]
                     "device": "cpu",
                     "model": {"sharding": sharding},
                     "mixing": {"shuffle": {"buffer_rows": 0}},
+                    # Evaluated by every trainer: the row-wise forward is collective.
+                    "evaluation": {"holdout": HOLDOUT},
                 },
             }
         )
@@ -85,6 +91,8 @@ def test_two_row_wise_trainers_train_the_replicated_model_checkpoint_per_shard_a
     for result in (row_wise, replicated):
         assert result["trainers"] == 2 and result["rows_trained"] == {"history": HOURS * PER_FILE}
         assert result["replicas_identical"]  # everything but the row-wise shards
+    assert row_wise["holdout"]["rows"] == replicated["holdout"]["rows"] == PER_FILE
+    assert row_wise["holdout"]["auc"] == pytest.approx(replicated["holdout"]["auc"], abs=1e-4)
     # The same rows on the same trainer at the same step: then the models must agree.
     for rank in (0, 1):
         assert trace(tmp_path, "row_wise", rank) == trace(tmp_path, "replicated", rank)

@@ -22,7 +22,6 @@ import gc
 import json
 import logging
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from typing import Any
 import torch
 
 from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.embedded.s3.server import free_ports  # loopback ports
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 from airflow_provider_primus.training.checkpoint import CheckpointStore
 from airflow_provider_primus.training.distributed import Group
@@ -49,7 +49,7 @@ from airflow_provider_primus.training.update import SourceWeights, Updater
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ShardingRun", "run", "train", "train_worker"]
+__all__ = ["ShardingRun", "run", "spawn", "train", "train_worker"]
 
 MIB = 2**20
 SOURCE = "synthetic"
@@ -219,13 +219,6 @@ def train_worker(rank: int, world: int, init: str, run: ShardingRun) -> None:
         group.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def spawn(run: ShardingRun, world: int, timeout_s: float = 600.0) -> list[dict[str, Any]]:
     """Run ``world`` trainer processes of :func:`train_worker` (gloo on loopback) and return what
     each wrote, in rank order. A failed trainer stops the others and raises with its log's end."""
@@ -233,7 +226,7 @@ def spawn(run: ShardingRun, world: int, timeout_s: float = 600.0) -> list[dict[s
     out.mkdir(parents=True, exist_ok=True)
     spec = out / "run.json"
     spec.write_text(json.dumps(dataclasses.asdict(run)))
-    init = f"tcp://127.0.0.1:{free_port()}"
+    init = f"tcp://127.0.0.1:{free_ports(1)[0]}"
     procs: list[subprocess.Popen[bytes]] = []
     logs = [out / f"rank-{r}.log" for r in range(world)]
     try:

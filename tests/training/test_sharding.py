@@ -12,6 +12,7 @@ replicated model under it and must be refused: the evidence that the tables do n
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,10 @@ import pytest
 import torch
 
 from airflow_provider_primus.bench.sharding import ShardingRun, spawn, train
-from airflow_provider_primus.training.checkpoint import CheckpointStore
+from airflow_provider_primus.training.checkpoint import CheckpointError, CheckpointStore
 from airflow_provider_primus.training.distributed import Group
 from airflow_provider_primus.training.gpu import footprint
-from airflow_provider_primus.training.model import DLRM
+from airflow_provider_primus.training.model import DLRM, embedding_table
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.shard_checkpoint import load_model_state, shard_path
 from airflow_provider_primus.training.sharding import (
@@ -206,3 +207,32 @@ def test_a_two_shard_checkpoint_resumes_on_another_trainer_count_with_identical_
             if not key.startswith("embeddings."):
                 assert torch.equal(model_state[key], value)
         assert optim_state["dense"]["state"].keys() == trainers[0]["optim"]["dense"]["state"].keys()
+
+
+def test_a_missing_shard_is_an_error_naming_it(
+    row_wise: tuple[ShardingRun, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    run, _ = row_wise
+    assert run.checkpoint_dir is not None
+    copy = tmp_path / "ckpt"
+    shutil.copytree(run.checkpoint_dir, copy)
+    store = CheckpointStore(copy)
+    shard_path(copy, run.steps, 1, 2).unlink()
+    found = store.latest()
+    assert found is not None
+    model = build_model(PLAN, 0, 1, **run.model_args())
+    with pytest.raises(CheckpointError, match=r"written by 2 trainers.*shard-001-of-002\.pt is missing"):
+        load_model_state(model, Optimizers(model), found[1], store, found[0])
+
+
+def test_a_row_wise_table_sums_bags_like_an_embedding_bag() -> None:
+    generator = torch.Generator().manual_seed(1)
+    bag = embedding_table(50, 4, generator)
+    table = RowWiseTable(50, 4, 0, 1, bag.weight.detach().clone())
+    ids, offsets = torch.tensor([3, 7, 7, 49, 0]), torch.tensor([0, 2, 2, 4])  # an empty bag too
+    torch.testing.assert_close(table(ids, offsets), bag(ids, offsets))
+    table(ids, offsets).sum().backward()
+    bag(ids, offsets).sum().backward()
+    assert table.weight.grad is not None and table.weight.grad.is_sparse
+    assert bag.weight.grad is not None
+    torch.testing.assert_close(table.weight.grad.to_dense(), bag.weight.grad.to_dense())

@@ -147,8 +147,36 @@ def register(sub: Any) -> None:
     f.add_argument("--max-outage-s", type=float, default=15.0)
     f.add_argument("--workdir", type=Path, help="where trials build their worlds (default: system temp)")
     f.set_defaults(handler=run_faults)
-    for each in (p, d, h, a, k, f):
+    s = _register_sharding(bsub)
+    for each in (p, d, h, a, k, f, s):
         each.add_argument("--json", action="store_true", help="only the JSON line: no progress on a terminal")
+
+
+def _register_sharding(bsub: Any) -> argparse.ArgumentParser:
+    s: argparse.ArgumentParser = bsub.add_parser(
+        "sharding",
+        help="peak memory per trainer with replicated vs row-wise embedding tables",
+        description="Train the same DLRM on the same synthetic batches with TRAINERS trainer processes "
+        "(gloo, loopback), its TABLES tables of ROWS rows once replicated and once row-wise; prints each "
+        "run's peak RSS per trainer next to the tables' and the dense part's training footprint.",
+    )
+    s.add_argument("--rows", type=count_of("rows"), default=400_000, help="rows per embedding table")
+    s.add_argument("--tables", type=count_of("tables"), default=2)
+    s.add_argument("--embedding-dim", type=count_of("dimensions"), default=16)
+    s.add_argument("--steps", type=count_of("steps"), default=6)
+    s.add_argument("--trainers", type=count_of("trainers"), default=2)
+    s.set_defaults(handler=run_sharding)
+    return s
+
+
+def run_sharding(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.bench.sharding import run
+
+    rows = tuple(args.rows for _ in range(args.tables))
+    return _report(
+        args,
+        lambda: run(rows=rows, embedding_dim=args.embedding_dim, steps=args.steps, trainers=args.trainers),
+    )
 
 
 def _report(args: argparse.Namespace, measure: Callable[[], dict[str, Any]]) -> int:

@@ -40,12 +40,22 @@ NonNegativeFloat = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 
 
+TableSharding = Literal["replicated", "row_wise"]
+
+
 class Model(StrictModel):
     """DLRM sizes. ``buckets`` overrides a sparse column's table size; by default it is the column's
-    ``hash_bucket`` in the data schema, which is what bounds its IDs."""
+    ``hash_bucket`` in the data schema, which is what bounds its IDs.
+
+    ``sharding`` chooses, per sparse column, where its table lives when there are several trainers:
+    ``replicated`` (the default: every trainer holds the whole table, gradients are all-reduced) or
+    ``row_wise`` (each trainer holds a contiguous range of the rows; lookups and gradients are
+    exchanged with all-to-all), for tables too large for one trainer's memory. With one trainer a
+    row-wise table is one shard."""
 
     embedding_dim: PositiveInt = 16
     buckets: dict[ColumnName, PositiveInt] = Field(default_factory=dict)
+    sharding: dict[ColumnName, TableSharding] = Field(default_factory=dict)
     bottom_mlp: list[PositiveInt] = Field(default_factory=lambda: [64, 16])
     top_mlp: list[PositiveInt] = Field(default_factory=lambda: [64, 32])
 
@@ -302,6 +312,31 @@ def _replay_issues(spec: TrainingSpec, data: PrimusData) -> list[SpecIssue]:
     return [SpecIssue("spec.mixing.replay.source", what)]
 
 
+def _sharding_issues(spec: TrainingSpec, sparse: list[str]) -> list[SpecIssue]:
+    issues: list[SpecIssue] = []
+    for column in spec.model.sharding:
+        if column not in sparse:
+            hint = suggest(column, sparse)
+            issues.append(
+                SpecIssue(
+                    f"spec.model.sharding.{column}",
+                    f"{column!r} is not a sparse column"
+                    + (f"; did you mean {hint!r}?" if hint else f" (sparse columns: {', '.join(sparse)})"),
+                )
+            )
+    row_wise = "row_wise" in spec.model.sharding.values()
+    where = spec.checkpoint.dir or ""
+    if row_wise and "://" in where and not where.startswith("file://"):
+        issues.append(
+            SpecIssue(
+                "spec.checkpoint.dir",
+                f"row_wise tables are checkpointed one file per trainer's shard into a directory every "
+                f"trainer shares; {where!r} is an object store (use a local or shared filesystem path)",
+            )
+        )
+    return issues
+
+
 def check_against(training: PrimusTraining, data: PrimusData) -> None:
     """Cross-document checks: everything that needs both the training and the data document."""
     issues: list[SpecIssue] = []
@@ -347,6 +382,7 @@ def check_against(training: PrimusTraining, data: PrimusData) -> None:
     for column in spec.model.buckets:
         if column not in sparse:
             issues.append(SpecIssue(f"spec.model.buckets.{column}", f"{column!r} is not a sparse column"))
+    issues.extend(_sharding_issues(spec, sparse))
     if spec.mode in ("stream", "mixed") and stream_source(training, data) is None:
         issues.append(
             SpecIssue(

@@ -65,6 +65,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     _atomic_write(path, lambda f: f.write(data))
 
 
+def atomic_save(path: Path, obj: Any) -> None:
+    """``torch.save`` with :func:`atomic_write_bytes`'s guarantee, streamed to the file (no second
+    copy of ``obj`` in memory: a trainer's table shard can be most of its memory)."""
+    _atomic_write(path, lambda f: torch.save(obj, f))
+
+
 class CheckpointStore:
     """``ckpt-{step:012d}.pt`` files in one directory; the newest ``keep`` (by step) are retained.
 

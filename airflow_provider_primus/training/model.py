@@ -18,7 +18,7 @@ from typing import cast
 import torch
 from torch import nn
 
-__all__ = ["DLRM", "device_for"]
+__all__ = ["DLRM", "device_for", "embedding_table", "init_bound"]
 
 
 def device_for(choice: str) -> torch.device:
@@ -48,6 +48,20 @@ def _mlp(fan_in: int, widths: Sequence[int], generator: torch.Generator, *, relu
             layers.append(nn.ReLU())
         fan_in = width
     return nn.Sequential(*layers)
+
+
+def init_bound(rows: int) -> float:
+    """A table's initial values are uniform in ±this (the reference DLRM's scheme)."""
+    return math.sqrt(1.0 / rows)
+
+
+def embedding_table(rows: int, dim: int, generator: torch.Generator) -> nn.EmbeddingBag:
+    # An explicit weight skips the default initialisation (and its use of the global RNG).
+    bag = nn.EmbeddingBag(rows, dim, mode="sum", sparse=True, _weight=torch.empty(rows, dim))
+    bound = init_bound(rows)
+    with torch.no_grad():
+        bag.weight.uniform_(-bound, bound, generator=generator)
+    return bag
 
 
 def _positive(name: str, values: Sequence[int]) -> None:
@@ -102,17 +116,7 @@ class DLRM(nn.Module):
         self.num_dense = num_dense
         self.embedding_dim = embedding_dim
         generator = torch.Generator().manual_seed(seed)
-        bags: list[nn.EmbeddingBag] = []
-        for n in num_embeddings:
-            # An explicit weight skips the default initialisation (and its use of the global RNG).
-            bag = nn.EmbeddingBag(
-                n, embedding_dim, mode="sum", sparse=True, _weight=torch.empty(n, embedding_dim)
-            )
-            bound = math.sqrt(1.0 / n)
-            with torch.no_grad():
-                bag.weight.uniform_(-bound, bound, generator=generator)
-            bags.append(bag)
-        self.embeddings = nn.ModuleList(bags)
+        self.embeddings = nn.ModuleList(self._make_tables(num_embeddings, embedding_dim, generator))
         self.bottom: nn.Sequential | None = (
             _mlp(num_dense, bottom_mlp, generator, relu_last=False) if num_dense > 0 else None
         )
@@ -125,6 +129,14 @@ class DLRM(nn.Module):
         self.pair_cols: torch.Tensor
         self.register_buffer("pair_rows", rows, persistent=False)
         self.register_buffer("pair_cols", cols, persistent=False)
+
+    def _make_tables(
+        self, num_embeddings: Sequence[int], embedding_dim: int, generator: torch.Generator
+    ) -> list[nn.Module]:
+        """The tables, drawn from ``generator`` in order before the MLPs: the hook through which a
+        row-wise sharded model (training/sharding.py) builds only its own rows from the same draws.
+        Each table is called as ``table(ids, offsets)`` and has its rows in ``.weight``."""
+        return [embedding_table(n, embedding_dim, generator) for n in num_embeddings]
 
     def embedding_parameters(self) -> list[nn.Parameter]:
         return [cast(nn.Parameter, bag.weight) for bag in self.embeddings]

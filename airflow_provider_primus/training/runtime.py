@@ -56,12 +56,13 @@ from airflow_provider_primus.training.guard import freshness_guard, update_gate
 from airflow_provider_primus.training.holdout import evaluate_holdout
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
 from airflow_provider_primus.training.mixer import MixPolicy, policy_for
-from airflow_provider_primus.training.model import DLRM
 from airflow_provider_primus.training.object_checkpoints import checkpoint_store_for, publisher_for
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.replay import is_replay
 from airflow_provider_primus.training.reporter import JobReporter
 from airflow_provider_primus.training.savepoints import Savepoints
+from airflow_provider_primus.training.shard_checkpoint import load_model_state, model_state, prune_shards
+from airflow_provider_primus.training.sharding import build_model, full_state_dict, sharding_plan
 from airflow_provider_primus.training.summary import (
     TrainMetrics,
     contribution,
@@ -143,7 +144,11 @@ class Trainer:
         # Sparse Adagrad builds COO gradients torch cannot cheaply validate; we opt out explicitly
         # (the default) rather than let every step warn about it.
         torch.sparse.check_sparse_tensor_invariants.disable()  # type: ignore[no-untyped-call]
-        self.model = DLRM(
+        # Each table replicated or row-wise per the spec's model.sharding (training/sharding.py).
+        self.model = build_model(
+            sharding_plan(spec.model.sharding, self.sparse_cols),
+            self.group.rank,
+            self.group.world,
             num_embeddings=[sizes[c] for c in self.sparse_cols],
             num_dense=len(self.dense_cols),
             embedding_dim=spec.model.embedding_dim,
@@ -245,8 +250,7 @@ class Trainer:
             )
         mine = ranks[self.group.rank]
         self.step = step
-        self.model.load_state_dict(state["model"])
-        self.optim.load_state_dict(state["optim"])
+        load_model_state(self.model, self.optim, state, self.checkpoints, step)  # re-shards row-wise tables
         self.scores.load_state_dict(mine["scores"])
         self.freshness.load_state_dict(mine["freshness"])
         self.metrics.load_state_dict(mine["metrics"])
@@ -274,10 +278,12 @@ class Trainer:
             "clock": self.clock.state_dict(),
             "feeds": feeds,
         }
+        # Each trainer's row-wise shards are written here, before the gather that is their barrier.
+        state = model_state(self.model, self.optim, self.checkpoints, self.step)
         ranks = self.group.gather(mine)
-        if self.group.leader:  # every replica holds the same model: one copy is written
-            state = {"model": self.model.state_dict(), "optim": self.optim.state_dict(), "ranks": ranks}
-            self.checkpoints.save(self.step, state)
+        if self.group.leader:  # the dense part is the same on every trainer: one copy is written
+            self.checkpoints.save(self.step, {**state, "ranks": ranks})
+            prune_shards(self.checkpoints)
         self.group.barrier()  # durable before any trainer commits its offsets
         stream = self._stream_feed()
         if stream is not None:
@@ -285,10 +291,11 @@ class Trainer:
         self.savepoints.covered(self.checkpoints.path_for(self.step).name, self.step)
 
     def _publish(self) -> None:
+        model = full_state_dict(self.model)  # row-wise tables gathered whole: every trainer calls it
         if not self.group.leader:
             return
         self.publisher.publish(
-            self.model.state_dict(),
+            model,
             {"step": self.step, "watermark": iso_ms(self.metrics.watermark_ms), "metrics": self.summary()},
         )
 

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
+from airflow_provider_primus.training.sharding import row_wise_tables
 
 __all__ = [
     "TrainMetrics",
@@ -98,8 +99,13 @@ def iso_ms(ms: int) -> str | None:
 
 
 def model_digest(model: torch.nn.Module) -> str:
+    """The replicated state's digest: row-wise table shards (training/sharding.py) differ between
+    trainers by design and are left out; everything else must be the same on every trainer."""
     h = hashlib.sha256()
+    shards = {f"embeddings.{j}.weight" for j in row_wise_tables(model)}
     for name, tensor in sorted(model.state_dict().items()):
+        if name in shards:
+            continue
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -29,8 +29,10 @@ from airflow_provider_primus.spec.training import SourceControl
 from airflow_provider_primus.training.distributed import Group
 from airflow_provider_primus.training.gpu import BatchStager, Placement
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
+from airflow_provider_primus.training.model import DLRM
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.replay import is_replay, replayed_source
+from airflow_provider_primus.training.sharding import exchanges_rows
 from airflow_provider_primus.training.summary import TrainMetrics
 
 log = logging.getLogger(__name__)
@@ -119,8 +121,11 @@ class Updater:
         logits = None
         self.model.train()
         stream_name = w.stream
-        if parts:
-            sparse, dense, labels = self.stager.stage(parts).ready()
+        # Row-wise tables (training/sharding.py): every trainer takes part in every step's lookup
+        # and gradient exchanges, with no rows of its own if it has none.
+        collective = exchanges_rows(self.model)
+        if parts or collective:
+            sparse, dense, labels = self.stager.stage(parts).ready() if parts else self._no_rows()
             logits = self.model(sparse, dense)
             offset = 0
             # Reading scores back waits for the GPU: only when there are stream rows to score.
@@ -133,7 +138,7 @@ class Updater:
                 offset += len(b)
         if total > 0 and weight_sum > 0:
             self.optim.zero_grad()
-            if logits is not None and local:
+            if logits is not None and (local or collective):
                 weights = torch.cat(
                     [
                         torch.full(
@@ -141,6 +146,7 @@ class Updater:
                         )
                         for n, b in parts
                     ]
+                    or [logits.new_zeros(0)]
                 )
                 losses = torch.nn.functional.binary_cross_entropy_with_logits(
                     logits, labels, reduction="none"
@@ -163,6 +169,15 @@ class Updater:
                     age = (now_ms - b.event_time_ms.numpy()).clip(min=0) / 1000.0
                     self.freshness.add(age.astype(np.float64))
         self._check_event_times(parts)
+
+    def _no_rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """An empty step on the model's devices: a trainer without rows still joins the exchanges."""
+        placement, model = self.stager.placement, cast(DLRM, self.model)
+        return (
+            torch.zeros((0, model.num_sparse), dtype=torch.int64, device=placement.embeddings),
+            torch.zeros((0, model.num_dense), dtype=torch.float32, device=placement.dense),
+            torch.zeros(0, dtype=torch.float32, device=placement.dense),
+        )
 
     def _check_event_times(self, parts: list[tuple[str, TensorBatch]]) -> None:
         """Count the rows used (trained or scored) whose event time is not believable, per source,

@@ -103,3 +103,20 @@ def test_replay_must_name_a_files_source() -> None:
     with pytest.raises(SpecError) as exc:
         check_against(load_training_spec(doc(mixing={"replay": {"share": 0.2, "source": "events"}})), data)
     assert "spec.mixing.replay.source" in messages(exc) and "not a files source" in messages(exc)
+
+
+def test_table_sharding_is_chosen_per_sparse_column_and_checked() -> None:
+    data = load_data_spec(EXAMPLE / "primus-data.yaml")
+    assert default_training().spec.model.sharding == {}  # replicated unless asked
+    check_against(load_training_spec(doc(model={"sharding": {"user_id": "row_wise"}})), data)
+    with pytest.raises(SpecError) as exc:
+        load_training_spec(doc(model={"sharding": {"user_id": "rowwise"}}))
+    assert "spec.model.sharding.user_id" in messages(exc)
+    training = load_training_spec(
+        doc(model={"sharding": {"user": "row_wise"}}, checkpoint={"dir": "s3://bucket/ckpt"})
+    )
+    with pytest.raises(SpecError) as exc:
+        check_against(training, data)
+    text = messages(exc)
+    assert "spec.model.sharding.user" in text and "did you mean 'user_id'" in text
+    assert "spec.checkpoint.dir" in text and "object store" in text

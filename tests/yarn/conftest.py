@@ -1,0 +1,33 @@
+"""Hadoop's YARN mini cluster (ResourceManager, one NodeManager, HDFS), started once per session.
+
+Small on purpose (the suite shares a few cores): one NodeManager offering 4 GiB and 4 vcores, which
+fits an ApplicationMaster and a handful of 256 MiB executors. Without Java or Maven the YARN tests
+skip; a build or start that fails, fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_primus.embedded.yarn import MiniYarnCluster, start
+from airflow_provider_primus.yarn.build import YarnBuild, YarnToolchainMissing, ensure_build
+
+
+@pytest.fixture(scope="session")
+def yarn_build() -> YarnBuild:
+    try:
+        return ensure_build()
+    except YarnToolchainMissing as exc:
+        pytest.skip(f"Java or Maven missing, so the YARN mini cluster cannot be built: {exc}")
+
+
+@pytest.fixture(scope="session")
+def yarn_cluster(yarn_build: YarnBuild, session_tmp: Path) -> Iterator[MiniYarnCluster]:
+    cluster = start(session_tmp / "yarn", node_managers=1, nm_memory_mb=4096, nm_vcores=4, build=yarn_build)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

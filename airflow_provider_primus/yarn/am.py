@@ -28,12 +28,13 @@ class AmUnreachable(RuntimeError):
 class AmClient:
     def __init__(self, url: str, token: str, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
         self.http = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {token}"})
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None, wait_s: float = 0) -> Any:
         try:
             response = self.http.request(
-                method, f"{self.url}/v1/{path}", json=body or {}, timeout=self.http.timeout.read + wait_s
+                method, f"{self.url}/v1/{path}", json=body or {}, timeout=self.timeout_s + wait_s
             )
         except httpx.TransportError as exc:
             raise AmUnreachable(f"the ApplicationMaster at {self.url} does not answer: {exc}") from exc

@@ -123,7 +123,9 @@ class YarnSession:
         out = []
         for link, _, _ in self._executor_files(directory):
             status = self.hdfs.status(f"{directory}/{link}")
-            out.append(StagedFile(link, self._url(f"{directory}/{link}"), status.length, status.modification_time))
+            out.append(
+                StagedFile(link, self._url(f"{directory}/{link}"), status.length, status.modification_time)
+            )
         return out
 
     # --- the application ---------------------------------------------------------------------------
@@ -150,7 +152,9 @@ class YarnSession:
         directory = self.staging_dir(app_id)
         self.hdfs.mkdirs(directory, permission="700")
         jar = self._stage(directory, JAR_LINK, build.jar.read_bytes(), "644")
-        self.files = [self._stage(directory, link, data, perm) for link, data, perm in self._executor_files(directory)]
+        self.files = [
+            self._stage(directory, link, data, perm) for link, data, perm in self._executor_files(directory)
+        ]
         token = next(f for f in self.files if f.link == TOKEN_LINK)
         am_mb = math.ceil(self.settings.am_memory / 2**20)
         heap = max(64, int(am_mb * 0.7))

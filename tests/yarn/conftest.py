@@ -14,6 +14,9 @@ import pytest
 
 from airflow_provider_primus.embedded.yarn import MiniYarnCluster, start
 from airflow_provider_primus.yarn.build import YarnBuild, YarnToolchainMissing, ensure_build
+from tests.master.conftest import JobWorld, job_world
+
+__all__ = ["job_world"]  # the same files-only world as the master's tests
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +34,12 @@ def yarn_cluster(yarn_build: YarnBuild, session_tmp: Path) -> Iterator[MiniYarnC
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def yarn_world(
+    job_world: JobWorld, yarn_cluster: MiniYarnCluster, monkeypatch: pytest.MonkeyPatch
+) -> JobWorld:
+    """The files-only job world, its jobs pointed at the mini cluster's configuration."""
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(yarn_cluster.conf_dir))
+    return job_world

@@ -1,0 +1,152 @@
+"""A Primus job on the YARN mini cluster: its executors are containers of the job's application.
+
+Exact delivery through a killed container, an in-place resize (the NodeManager's view of the
+container changes, its id does not) and a restarted ApplicationMaster that re-adopts the containers.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psutil
+import pytest
+
+from airflow_provider_primus.master.jobs import submit, wait_for
+from airflow_provider_primus.master.master import Master
+from airflow_provider_primus.master.store import JobRecord
+from airflow_provider_primus.spec.status import TERMINAL
+from airflow_provider_primus.yarn.backend import YarnBackend
+from airflow_provider_primus.yarn.rest import node_containers
+from airflow_provider_primus.yarn.submission import backend_factory
+from tests.master.conftest import JobWorld
+
+pytestmark = [pytest.mark.yarn, pytest.mark.timeout(600)]
+
+YARN_JOB: dict[str, Any] = {
+    "backend": {"type": "yarn", "yarn": {"am_memory": "256Mi"}},
+    # Small batches and a small read-ahead, so executors hold little when they are killed.
+    "data_service": {"batch_rows": 500, "window": 2},
+    "roles": {
+        "data": {"resources": {"cpu": 1, "memory": "256Mi"}, "failover": {"max_restarts": 2}},
+        "trainer": {"resources": {"cpu": 1, "memory": "1Gi"}},
+    },
+}
+
+
+@contextmanager
+def running(world: JobWorld) -> Iterator[Master]:
+    master = Master("job", world.store, tick_s=0.2, backend_factory=backend_factory(launch_wait_s=90.0))
+    thread = threading.Thread(target=master.run, daemon=True)
+    thread.start()
+    try:
+        yield master
+    finally:
+        if thread.is_alive():
+            master.request({"stop": True})
+        thread.join(timeout=90)
+
+
+def until(world: JobWorld, predicate: Callable[[JobRecord], bool], timeout_s: float = 240) -> JobRecord:
+    return wait_for(world.store, "job", predicate, timeout_s)
+
+
+def ended(record: JobRecord) -> bool:
+    return record.status.get("phase") in TERMINAL
+
+
+def executor(record: JobRecord, name: str) -> dict[str, Any]:
+    ex: dict[str, Any] = record.status["executors"][name]
+    return ex
+
+
+def serving(record: JobRecord) -> bool:
+    """Both executors run in containers and the trainer has trained: mid-pass, for certain."""
+    ex = record.status.get("executors") or {}
+    started = (record.status.get("progress") or {}).get("trainer_step") or 0
+    return started > 0 and all(e["handle"]["ref"].get("container") for e in ex.values())
+
+
+def assert_exactly_once(world: JobWorld) -> None:
+    rows = world.trace_rows()
+    assert len(rows) == world.rows, f"{len(rows)} rows trained, {world.rows} planned"
+    assert sorted(rows) == list(range(world.rows))
+
+
+def container_process(container: str) -> psutil.Process:
+    """The executor process YARN runs in ``container`` (the NodeManager exports CONTAINER_ID)."""
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if "airflow_provider_primus.cli.main" in (proc.info["cmdline"] or []) and (
+                proc.environ().get("CONTAINER_ID") == container
+            ):
+                return proc
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    raise AssertionError(f"no executor process runs in {container}")
+
+
+def nm_view(record: JobRecord, name: str) -> dict[str, Any]:
+    ref = executor(record, name)["handle"]["ref"]
+    [found] = [c for c in node_containers(ref["node_http"], getpass.getuser()) if c["id"] == ref["container"]]
+    return found
+
+
+def test_job_trains_exactly_once_through_a_resize_and_a_killed_container(yarn_world: JobWorld) -> None:
+    submit(yarn_world.job(**YARN_JOB), store=yarn_world.store)
+    with running(yarn_world) as master:
+        assert isinstance(master.backend, YarnBackend)
+        before = until(yarn_world, serving)
+        data = executor(before, "data-0")["handle"]["ref"]
+        assert (
+            data["container"].startswith("container_")
+            and data["application"] == master.backend.session.app_id
+        )
+        assert nm_view(before, "data-0")["totalMemoryNeededMB"] == 256
+
+        # In place: the NodeManager reports the new size, the container is the same.
+        master.request({"resize": {"data-0": {"cpu": 2, "memory": 512 * 2**20}}})
+        resized = until(yarn_world, lambda r: executor(r, "data-0")["handle"]["allotment"]["cpu"] == 2)
+        view = nm_view(resized, "data-0")
+        assert (view["totalMemoryNeededMB"], view["totalVCoresNeeded"]) == (512, 2)
+        assert executor(resized, "data-0")["handle"]["ref"]["container"] == data["container"]
+        assert executor(resized, "data-0")["incarnation"] == 0
+
+        # A container killed mid-pass: the executor is restarted in a new container, its leases
+        # re-dispatched, and no row is lost or trained twice.
+        container_process(data["container"]).send_signal(signal.SIGKILL)
+        after = until(yarn_world, lambda r: executor(r, "data-0")["incarnation"] == 1)
+        assert executor(after, "data-0")["handle"]["ref"]["container"] != data["container"]
+        record = until(yarn_world, ended)
+    assert record.status["phase"] == "Succeeded", record.status["message"]
+    assert executor(record, "data-0")["restarts"] == 1
+    types = [e.type for e in yarn_world.store.events("job")]
+    assert "ExecutorFailed" in types and "Resized" in types
+    assert_exactly_once(yarn_world)
+
+
+def test_a_restarted_application_master_re_adopts_the_containers(yarn_world: JobWorld) -> None:
+    submit(yarn_world.job(**YARN_JOB), store=yarn_world.store)
+    with running(yarn_world) as master:
+        backend = master.backend
+        assert isinstance(backend, YarnBackend)
+        before = until(yarn_world, serving)
+        containers = {n: e["handle"]["ref"]["container"] for n, e in before.status["executors"].items()}
+        first_attempt = backend.attempt
+        am_pid = int(backend._call(lambda am: am.status())["pid"])
+        os.kill(am_pid, signal.SIGKILL)  # the ApplicationMaster's JVM dies; YARN starts attempt 2
+        record = until(yarn_world, ended)
+        assert backend.attempt != first_attempt
+    assert record.status["phase"] == "Succeeded", record.status["message"]
+    # The same containers finished the job: none was relaunched.
+    assert {n: e["handle"]["ref"]["container"] for n, e in record.status["executors"].items()} == containers
+    assert all(e["incarnation"] == 0 for e in record.status["executors"].values())
+    types = [e.type for e in yarn_world.store.events("job")]
+    assert types.count("ExecutorAdopted") == len(containers)
+    assert "ApplicationMasterRestarted" in types
+    assert_exactly_once(yarn_world)

@@ -85,6 +85,7 @@ class YarnBackend:
         launch_wait_s: float = 60.0,
         resize_wait_s: float = 30.0,
         job_phase: Callable[[], str | None] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.session = session
         self.on_event = on_event
@@ -92,6 +93,7 @@ class YarnBackend:
         self.python = python
         self.launch_wait_s, self.resize_wait_s = launch_wait_s, resize_wait_s
         self.job_phase = job_phase
+        self.env = dict(env or {})  # for every container (HADOOP_CONF_DIR when the job names one)
         self._lock = threading.Lock()
         self._am: AmClient | None = None
         self.attempt: str | None = None
@@ -137,6 +139,7 @@ class YarnBackend:
 
     def _env(self, env: Mapping[str, str]) -> dict[str, str]:
         out = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+        out.update(self.env)
         out.update({k: v for k, v in env.items() if k not in (TOKEN_ENV, EXIT_FILE_ENV)})
         out[TOKEN_FILE_ENV] = "{{PWD}}/" + TOKEN_LINK  # expanded by the NodeManager
         return out

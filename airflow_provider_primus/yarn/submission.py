@@ -30,6 +30,9 @@ def backend_factory(**overrides: object) -> Callable[[Master], YarnBackend]:
             on_resize_refused=settings.on_resize_refused,
             python=settings.python,
             job_phase=lambda: str(master.phase),
+            # A configuration directory the job names is valid where its containers run (hdfs://
+            # sources); otherwise the NodeManagers' own HADOOP_CONF_DIR applies.
+            env={"HADOOP_CONF_DIR": settings.conf_dir} if settings.conf_dir else None,
             **overrides,  # type: ignore[arg-type]
         )
 

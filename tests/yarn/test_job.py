@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import getpass
 import os
+import shutil
 import signal
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psutil
+import pyarrow.fs as pafs
 import pytest
+import yaml
 
+from airflow_provider_primus.data.sources.files import open_filesystem
+from airflow_provider_primus.embedded.yarn import MiniYarnCluster
 from airflow_provider_primus.master.jobs import submit, wait_for
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord
@@ -149,4 +155,26 @@ def test_a_restarted_application_master_re_adopts_the_containers(yarn_world: Job
     types = [e.type for e in yarn_world.store.events("job")]
     assert types.count("ExecutorAdopted") == len(containers)
     assert "ApplicationMasterRestarted" in types
+    assert_exactly_once(yarn_world)
+
+
+def test_a_window_planned_and_read_from_hdfs_trains_exactly_once(
+    yarn_world: JobWorld, yarn_cluster: MiniYarnCluster
+) -> None:
+    """The same hourly Parquet history, copied to the mini cluster's HDFS: the master plans it there
+    and the data executors in their containers read it there (WebHDFS: no libhdfs here)."""
+    fs, root = open_filesystem(f"{yarn_cluster.fs_default}/primus-tests/{uuid.uuid4().hex}")
+    pafs.copy_files(str(yarn_world.root / "store"), f"{root}/store", destination_filesystem=fs)
+    data = yaml.safe_load(yarn_world.data_path.read_text())
+    data["spec"]["sources"][0]["uri"] = f"{yarn_cluster.fs_default}{root}/store"
+    yarn_world.data_path.write_text(yaml.safe_dump(data))
+    shutil.rmtree(yarn_world.root / "store")  # nothing is read from the local copy
+    spec = {
+        **YARN_JOB,
+        "backend": {"type": "yarn", "yarn": {"am_memory": "256Mi", "conf_dir": str(yarn_cluster.conf_dir)}},
+    }
+    submit(yarn_world.job(**spec), store=yarn_world.store)
+    with running(yarn_world):
+        record = until(yarn_world, ended)
+    assert record.status["phase"] == "Succeeded", record.status["message"]
     assert_exactly_once(yarn_world)

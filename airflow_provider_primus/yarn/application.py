@@ -12,6 +12,8 @@ reach the AM and every container as LocalResources, never on a command line.
 from __future__ import annotations
 
 import getpass
+import hashlib
+import logging
 import math
 import time
 from collections.abc import Mapping
@@ -25,6 +27,8 @@ from airflow_provider_primus.yarn.build import AM_CLASS, YarnBuild, ensure_build
 from airflow_provider_primus.yarn.config import HadoopConf, load_conf
 from airflow_provider_primus.yarn.hdfs import WebHdfs
 from airflow_provider_primus.yarn.rest import UNFINISHED, ResourceManager
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "APPLICATION_TYPE",
@@ -49,6 +53,12 @@ class YarnApplicationError(RuntimeError):
 
 def application_tag(job: str) -> str:
     return f"{TAG_PREFIX}{job}".lower()  # YARN lower-cases tags
+
+
+def submission_tag(token: str) -> str:
+    """Which submission of the job an application serves (a digest of its token, not the token): an
+    application of an earlier job of the same name is not re-adopted, it is killed."""
+    return "primus-submission-" + hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
 def document_link(index: int, path: str) -> str:
@@ -131,10 +141,19 @@ class YarnSession:
     # --- the application ---------------------------------------------------------------------------
 
     def find(self) -> dict[str, Any] | None:
-        """The job's unfinished application, if one runs (the newest when there are several)."""
+        """The job's unfinished application, if one runs (the newest when there are several).
+        Applications of an earlier job of the same name (another token) are killed."""
         apps = self.rm.apps(tag=application_tag(self.job), states=UNFINISHED)
-        apps = [a for a in apps if a.get("applicationType") == APPLICATION_TYPE]
-        return max(apps, key=lambda a: int(a.get("startedTime") or 0)) if apps else None
+        ours: list[dict[str, Any]] = []
+        for app in apps:
+            if app.get("applicationType") != APPLICATION_TYPE:
+                continue
+            if submission_tag(self._token) in str(app.get("applicationTags") or "").split(","):
+                ours.append(app)
+            else:
+                log.warning("killing %s: it served an earlier job named %r", app["id"], self.job)
+                self.rm.kill(str(app["id"]))
+        return max(ours, key=lambda a: int(a.get("startedTime") or 0)) if ours else None
 
     def ensure_application(self) -> str:
         """Find the job's running application, or submit one."""
@@ -177,7 +196,7 @@ class YarnSession:
             "resource": {"memory": am_mb, "vCores": 1},
             "max-app-attempts": self.settings.max_attempts,
             "keep-containers-across-application-attempts": True,
-            "application-tags": {"tag": [application_tag(self.job)]},
+            "application-tags": {"tag": [application_tag(self.job), submission_tag(self._token)]},
             "unmanaged-AM": False,
         }
         self.rm.submit(body)

@@ -169,6 +169,7 @@ def start(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=env,
+            cwd=workdir,  # MiniYARNCluster keeps its NodeManagers' directories under ./target
         )
     cluster_facts = workdir / FACTS
     deadline = time.monotonic() + timeout_s

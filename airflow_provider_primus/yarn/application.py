@@ -38,6 +38,8 @@ __all__ = [
     "YarnSession",
     "application_tag",
     "document_link",
+    "kill_job_applications",
+    "with_yarn_backend",
 ]
 
 APPLICATION_TYPE = "PRIMUS"
@@ -247,3 +249,29 @@ class YarnSession:
     def close(self) -> None:
         self.rm.close()
         self.hdfs.close()
+
+
+def with_yarn_backend(document: Mapping[str, Any], connection: Mapping[str, Any]) -> dict[str, Any]:
+    """The job document with ``backend.type: yarn``, its ``backend.yarn`` filled from an Airflow
+    connection's settings where the document is silent (the document's own word wins)."""
+    spec = dict(document.get("spec") or {})
+    backend = dict(spec.get("backend") or {})
+    backend["yarn"] = {**dict(connection), **dict(backend.get("yarn") or {})}
+    backend["type"] = "yarn"
+    return {**document, "spec": {**spec, "backend": backend}}
+
+
+def kill_job_applications(job: str, settings: Mapping[str, Any]) -> list[str]:
+    """Kill every unfinished application of ``job`` (by its tag); returns their ids."""
+    yarn = YarnSettings.model_validate(dict(settings))
+    conf = load_conf(yarn.conf_dir)
+    rm = ResourceManager(yarn.resource_manager or conf.rm_url, yarn.user or getpass.getuser())
+    try:
+        killed = []
+        for app in rm.apps(tag=application_tag(job), states=UNFINISHED):
+            if app.get("applicationType") == APPLICATION_TYPE:
+                rm.kill(str(app["id"]))
+                killed.append(str(app["id"]))
+        return killed
+    finally:
+        rm.close()

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,8 +28,9 @@ from airflow_provider_primus.master.jobs import submit, wait_for
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord
 from airflow_provider_primus.spec.status import TERMINAL
+from airflow_provider_primus.yarn.am import AmClient, AmError
 from airflow_provider_primus.yarn.backend import YarnBackend
-from airflow_provider_primus.yarn.rest import node_containers
+from airflow_provider_primus.yarn.rest import ResourceManager, node_containers
 from airflow_provider_primus.yarn.submission import backend_factory
 from tests.master.conftest import JobWorld
 
@@ -103,7 +105,9 @@ def nm_view(record: JobRecord, name: str) -> dict[str, Any]:
     return found
 
 
-def test_job_trains_exactly_once_through_a_resize_and_a_killed_container(yarn_world: JobWorld) -> None:
+def test_job_trains_exactly_once_through_a_resize_and_a_killed_container(
+    yarn_world: JobWorld, yarn_cluster: MiniYarnCluster
+) -> None:
     submit(yarn_world.job(**YARN_JOB), store=yarn_world.store)
     with running(yarn_world) as master:
         assert isinstance(master.backend, YarnBackend)
@@ -123,6 +127,17 @@ def test_job_trains_exactly_once_through_a_resize_and_a_killed_container(yarn_wo
         assert executor(resized, "data-0")["handle"]["ref"]["container"] == data["container"]
         assert executor(resized, "data-0")["incarnation"] == 0
 
+        # Above what a node offers: refused at once, an event says so, the allotment is kept.
+        master.request({"resize": {"data-0": {"memory": 64 * 2**30}}})
+        until(yarn_world, lambda r: "ResizeRefused" in [e.type for e in yarn_world.store.events("job")])
+        assert executor(until(yarn_world, serving), "data-0")["handle"]["allotment"]["memory"] == 512 * 2**20
+
+        # The ApplicationMaster's API answers the job token only.
+        am_url = master.backend.session.rm.app(data["application"])["amRPCAddress"]
+        with pytest.raises(AmError) as refused:
+            AmClient(f"http://{am_url}", "not-the-token").status()
+        assert refused.value.status == 401
+
         # A container killed mid-pass: the executor is restarted in a new container, its leases
         # re-dispatched, and no row is lost or trained twice.
         container_process(data["container"]).send_signal(signal.SIGKILL)
@@ -134,6 +149,14 @@ def test_job_trains_exactly_once_through_a_resize_and_a_killed_container(yarn_wo
     types = [e.type for e in yarn_world.store.events("job")]
     assert "ExecutorFailed" in types and "Resized" in types
     assert_exactly_once(yarn_world)
+    # The job's end finished its application.
+    rm = ResourceManager(yarn_cluster.rm_url, getpass.getuser())
+    deadline = time.monotonic() + 60
+    while rm.app(data["application"])["state"] != "FINISHED" and time.monotonic() < deadline:
+        time.sleep(0.2)  # the ApplicationMaster unregisters as the master closes
+    app = rm.app(data["application"])
+    rm.close()
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED")
 
 
 def test_a_restarted_application_master_re_adopts_the_containers(yarn_world: JobWorld) -> None:

@@ -23,6 +23,8 @@ import pytest
 import yaml
 
 from airflow_provider_primus.data.sources.files import open_filesystem
+from airflow_provider_primus.data.sources.kafka import produce
+from airflow_provider_primus.embedded.kafka import BrokerState
 from airflow_provider_primus.embedded.yarn import MiniYarnCluster
 from airflow_provider_primus.master.jobs import submit, wait_for
 from airflow_provider_primus.master.master import Master
@@ -33,8 +35,11 @@ from airflow_provider_primus.yarn.backend import YarnBackend
 from airflow_provider_primus.yarn.rest import ResourceManager, node_containers
 from airflow_provider_primus.yarn.submission import backend_factory
 from tests.master.conftest import JobWorld
+from tests.training.conftest import SCHEMA, T0, events, to_json
 
 pytestmark = [pytest.mark.yarn, pytest.mark.timeout(600)]
+
+STREAM_ROWS = 1500
 
 YARN_JOB: dict[str, Any] = {
     "backend": {"type": "yarn", "yarn": {"am_memory": "256Mi"}},
@@ -181,23 +186,49 @@ def test_a_restarted_application_master_re_adopts_the_containers(yarn_world: Job
     assert_exactly_once(yarn_world)
 
 
-def test_a_window_planned_and_read_from_hdfs_trains_exactly_once(
-    yarn_world: JobWorld, yarn_cluster: MiniYarnCluster
+@pytest.mark.kafka
+def test_a_window_on_hdfs_mixed_with_a_kafka_topic_trains_exactly_once(
+    yarn_world: JobWorld,
+    yarn_cluster: MiniYarnCluster,
+    kafka_broker: BrokerState,
+    new_topic: Callable[..., str],
 ) -> None:
-    """The same hourly Parquet history, copied to the mini cluster's HDFS: the master plans it there
-    and the data executors in their containers read it there (WebHDFS: no libhdfs here)."""
+    """The same hourly Parquet history, copied to the mini cluster's HDFS, mixed with a Kafka topic:
+    the master plans the window there, the data executors in their containers read it there (WebHDFS:
+    no libhdfs here) and the trainer in its container consumes the topic. Every row of both, once."""
     fs, root = open_filesystem(f"{yarn_cluster.fs_default}/primus-tests/{uuid.uuid4().hex}")
     pafs.copy_files(str(yarn_world.root / "store"), f"{root}/store", destination_filesystem=fs)
+    shutil.rmtree(yarn_world.root / "store")  # nothing is read from the local copy
+    topic = new_topic("yarn-mixed")
+    produce(kafka_broker.bootstrap_servers, topic, to_json(events(yarn_world.rows, STREAM_ROWS, T0, seed=7)))
     data = yaml.safe_load(yarn_world.data_path.read_text())
     data["spec"]["sources"][0]["uri"] = f"{yarn_cluster.fs_default}{root}/store"
+    data["spec"]["sources"].append(
+        {
+            "name": "events",
+            "type": "kafka",
+            "bootstrap_servers": kafka_broker.bootstrap_servers,
+            "topic": topic,
+            "event_time_field": "ts",
+            "start": {"policy": "earliest"},
+            "group_id": f"{topic}-trainer",
+            "schema": SCHEMA,
+        }
+    )
+    data["spec"]["mixture"] = [
+        {"source": "history", "weight": 0.7, "priority": 0},
+        {"source": "events", "weight": 0.3, "priority": 1},
+    ]
     yarn_world.data_path.write_text(yaml.safe_dump(data))
-    shutil.rmtree(yarn_world.root / "store")  # nothing is read from the local copy
-    spec = {
-        **YARN_JOB,
-        "backend": {"type": "yarn", "yarn": {"am_memory": "256Mi", "conf_dir": str(yarn_cluster.conf_dir)}},
-    }
-    submit(yarn_world.job(**spec), store=yarn_world.store)
+    training = yaml.safe_load(yarn_world.training_path.read_text())
+    training["spec"]["mode"] = "mixed"
+    yarn_world.training_path.write_text(yaml.safe_dump(training))
+    yarn = {"am_memory": "256Mi", "conf_dir": str(yarn_cluster.conf_dir)}
+    submit(yarn_world.job(**{**YARN_JOB, "backend": {"type": "yarn", "yarn": yarn}}), store=yarn_world.store)
     with running(yarn_world):
         record = until(yarn_world, ended)
     assert record.status["phase"] == "Succeeded", record.status["message"]
-    assert_exactly_once(yarn_world)
+    rows = yarn_world.trace_rows()
+    planned = yarn_world.rows + STREAM_ROWS
+    assert len(rows) == planned, f"{len(rows)} rows trained, {planned} planned"
+    assert sorted(rows) == list(range(planned))

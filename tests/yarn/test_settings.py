@@ -80,5 +80,5 @@ def test_an_hdfs_uri_without_libhdfs_or_a_configuration_says_what_to_set(
         open_hdfs("hdfs://nn.example:8020/logs", "source 'history'")
     site(tmp_path / "core-site.xml", **{"fs.defaultFS": "hdfs://other:8020"})
     monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
-    with pytest.raises(HdfsError, match="names NameNode nn.example:8020 but HADOOP_CONF_DIR"):
+    with pytest.raises(HdfsError, match=r"names NameNode nn\.example:8020 but HADOOP_CONF_DIR"):
         open_hdfs("hdfs://nn.example:8020/logs", "source 'history'")

@@ -15,11 +15,11 @@ import pytest
 
 from airflow_provider_primus.embedded.yarn import MiniYarnCluster
 from airflow_provider_primus.hooks.primus import PrimusHook
-from airflow_provider_primus.master.jobs import wait_for
 from airflow_provider_primus.master.store import JobRecord
 from airflow_provider_primus.yarn.application import application_tag
 from airflow_provider_primus.yarn.rest import ResourceManager
 from tests.master.conftest import JobWorld
+from tests.yarn.test_job import until
 
 pytestmark = [pytest.mark.yarn, pytest.mark.timeout(600)]
 
@@ -30,10 +30,6 @@ ROLES: dict[str, Any] = {
         "trainer": {"resources": {"cpu": 1, "memory": "1Gi"}},
     },
 }
-
-
-def until(world: JobWorld, predicate: Any, timeout_s: float = 240) -> JobRecord:
-    return wait_for(world.store, "job", predicate, timeout_s)
 
 
 def containers(record: JobRecord) -> dict[str, str]:

@@ -29,12 +29,12 @@ from airflow_provider_primus.embedded.yarn import MiniYarnCluster
 from airflow_provider_primus.master.jobs import submit, wait_for
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord
-from airflow_provider_primus.spec.status import TERMINAL
 from airflow_provider_primus.yarn.am import AmClient, AmError
 from airflow_provider_primus.yarn.backend import YarnBackend
 from airflow_provider_primus.yarn.rest import ResourceManager, node_containers
 from airflow_provider_primus.yarn.submission import backend_factory
 from tests.master.conftest import JobWorld
+from tests.master.test_master import assert_exactly_once, ended, executor
 from tests.training.conftest import SCHEMA, T0, events, to_json
 
 pytestmark = [pytest.mark.yarn, pytest.mark.timeout(600)]
@@ -69,26 +69,11 @@ def until(world: JobWorld, predicate: Callable[[JobRecord], bool], timeout_s: fl
     return wait_for(world.store, "job", predicate, timeout_s)
 
 
-def ended(record: JobRecord) -> bool:
-    return record.status.get("phase") in TERMINAL
-
-
-def executor(record: JobRecord, name: str) -> dict[str, Any]:
-    ex: dict[str, Any] = record.status["executors"][name]
-    return ex
-
-
 def serving(record: JobRecord) -> bool:
     """Both executors run in containers and the trainer has trained: mid-pass, for certain."""
     ex = record.status.get("executors") or {}
     started = (record.status.get("progress") or {}).get("trainer_step") or 0
     return started > 0 and all(e["handle"]["ref"].get("container") for e in ex.values())
-
-
-def assert_exactly_once(world: JobWorld) -> None:
-    rows = world.trace_rows()
-    assert len(rows) == world.rows, f"{len(rows)} rows trained, {world.rows} planned"
-    assert sorted(rows) == list(range(world.rows))
 
 
 def container_process(container: str) -> psutil.Process:

@@ -25,7 +25,7 @@ from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
 from airflow_provider_primus.yarn.am import AmClient
 from airflow_provider_primus.yarn.build import AM_CLASS, YarnBuild, ensure_build
 from airflow_provider_primus.yarn.config import HadoopConf, load_conf
-from airflow_provider_primus.yarn.hdfs import WebHdfs
+from airflow_provider_primus.yarn.hdfs import WebHdfs, WebHdfsError
 from airflow_provider_primus.yarn.rest import UNFINISHED, ResourceManager
 
 log = logging.getLogger(__name__)
@@ -205,9 +205,9 @@ class YarnSession:
         self.app_id = app_id
         return app_id
 
-    def wait_am(self, timeout_s: float = 180.0, not_attempt: str | None = None) -> tuple[AmClient, str]:
-        """The current attempt's ApplicationMaster once it registered (``not_attempt``: a newer one
-        than that); raises when the application ends first."""
+    def wait_am(self, timeout_s: float = 180.0) -> tuple[AmClient, str]:
+        """The newest attempt's ApplicationMaster once it registered and answers; raises when the
+        application ends first."""
         assert self.app_id is not None
         deadline = time.monotonic() + timeout_s
         last: dict[str, Any] = {}
@@ -220,7 +220,7 @@ class YarnSession:
                 )
             address = last.get("amRPCAddress")
             attempt = self._current_attempt()
-            if last.get("state") == "RUNNING" and address and attempt and attempt != not_attempt:
+            if last.get("state") == "RUNNING" and address and attempt:
                 client = AmClient(f"http://{address}", self._token)
                 try:
                     if client.status().get("attempt") == attempt:
@@ -241,6 +241,15 @@ class YarnSession:
             return None
         newest = max(attempts, key=lambda a: int(a.get("id") or 0))
         return str(newest.get("appAttemptId") or "") or None
+
+    def remove_staged(self) -> None:
+        """Delete the application's staged files (the ended application needs them no more)."""
+        if self.app_id is None:
+            return
+        try:
+            self.hdfs.delete(self.staging_dir(self.app_id))
+        except WebHdfsError as exc:
+            log.warning("could not remove %s: %s", self.staging_dir(self.app_id), exc)
 
     def kill(self) -> None:
         if self.app_id is not None:

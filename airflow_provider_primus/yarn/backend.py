@@ -109,7 +109,9 @@ class YarnBackend:
             previous = self.attempt
             if stale is not None:
                 stale.close()
-            self._am, self.attempt = self.session.wait_am(not_attempt=previous if stale else None)
+            # The attempt the ResourceManager lists as newest, once its AM answers: the same one
+            # after a transient error, the next one after the AM died.
+            self._am, self.attempt = self.session.wait_am()
             self.attempts_seen += 1
             if previous is not None and self.attempt != previous:
                 self._emit(
@@ -326,6 +328,7 @@ class YarnBackend:
                 self._am.finish(status, f"Primus job {self.session.job} {phase.lower()}")
             except (AmError, AmUnreachable) as exc:
                 log.warning("could not finish the YARN application: %s", exc)
+            self.session.remove_staged()  # the token and documents are not left on the cluster
         if self._am is not None:
             self._am.close()
         self.session.close()

@@ -31,6 +31,7 @@ from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord
 from airflow_provider_primus.yarn.am import AmClient, AmError
 from airflow_provider_primus.yarn.backend import YarnBackend
+from airflow_provider_primus.yarn.hdfs import WebHdfs, WebHdfsError
 from airflow_provider_primus.yarn.rest import ResourceManager, node_containers
 from airflow_provider_primus.yarn.submission import backend_factory
 from tests.master.conftest import JobWorld
@@ -147,6 +148,12 @@ def test_job_trains_exactly_once_through_a_resize_and_a_killed_container(
     app = rm.app(data["application"])
     rm.close()
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED")
+    # ... and removed its staged files (the token among them) from HDFS.
+    assert yarn_cluster.webhdfs_url is not None
+    staged = WebHdfs(yarn_cluster.webhdfs_url, getpass.getuser())
+    with pytest.raises(WebHdfsError, match=r"HTTP 404"):
+        staged.status(f"/user/{getpass.getuser()}/.primus/{data['application']}")
+    staged.close()
 
 
 def test_a_restarted_application_master_re_adopts_the_containers(yarn_world: JobWorld) -> None:

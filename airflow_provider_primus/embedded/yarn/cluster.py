@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from airflow_provider_primus.process import pid_alive, stop_process_group, tied_to_launcher
-from airflow_provider_primus.yarn.build import MINI_CLUSTER_CLASS, YarnBuild, ensure_build
+from airflow_provider_primus.yarn.build import (
+    MINI_CLUSTER_CLASS,
+    YarnBuild,
+    YarnToolchainMissing,
+    ensure_build,
+)
 
 __all__ = ["MiniYarnCluster", "YarnClusterError", "running", "start", "stop"]
 
@@ -106,8 +111,8 @@ def _java() -> tuple[str, dict[str, str]]:
     home = env.get("JAVA_HOME")
     java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if not java or not Path(java).exists():
-        raise YarnClusterError(
-            "the YARN mini cluster needs a JDK (>= 11); fix: apt-get install openjdk-17-jdk"
+        raise YarnToolchainMissing(
+            "the YARN mini cluster needs a JDK (>= 11); fix: apt-get install openjdk-17-jdk-headless"
         )
     if not home:
         env["JAVA_HOME"] = str(Path(java).resolve().parent.parent)

@@ -28,6 +28,7 @@ from typing import Any
 __all__ = [
     "SECRET_KEY",
     "TOKEN_ENV",
+    "TOKEN_FILE_ENV",
     "TOKEN_FILE_MODE",
     "derive_token",
     "load_token",
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 TOKEN_ENV = "PRIMUS_JOB_TOKEN"  # processes get the token from the environment, never argv (``ps``)
+# Or from a file this names: a YARN container's token is a LocalResource, not a launch-context value.
+TOKEN_FILE_ENV = "PRIMUS_JOB_TOKEN_FILE"
 TOKEN_FILE_MODE = 0o600
 SECRET_KEY = "token"  # the key of the token in the job's Secret
 
@@ -72,12 +75,15 @@ def read_token_file(path: Path) -> str:
 
 
 def load_token(token_file: Path | None = None) -> str:
-    """An executor's token: from ``token_file`` if given, else from ``$PRIMUS_JOB_TOKEN``."""
+    """An executor's token: from ``token_file`` if given, else from ``$PRIMUS_JOB_TOKEN``, else from
+    the file ``$PRIMUS_JOB_TOKEN_FILE`` names."""
     if token_file is not None:
         return read_token_file(token_file)
     token = os.environ.get(TOKEN_ENV, "")
+    if not token and os.environ.get(TOKEN_FILE_ENV):
+        return read_token_file(Path(os.environ[TOKEN_FILE_ENV]))
     if not token:
-        raise RuntimeError(f"no job token: set {TOKEN_ENV} or pass --token-file")
+        raise RuntimeError(f"no job token: set {TOKEN_ENV} (or {TOKEN_FILE_ENV}) or pass --token-file")
     return token
 
 

@@ -116,7 +116,20 @@ def get_provider_info() -> dict[str, Any]:
                     "home": {"label": "PRIMUS_HOME (local backend)", "schema": {"type": ["string", "null"]}},
                     "backend": {
                         "label": "Default backend",
-                        "schema": {"type": ["string", "null"], "enum": ["local", "kubernetes", None]},
+                        "schema": {"type": ["string", "null"], "enum": ["local", "kubernetes", "yarn", None]},
+                    },
+                    "resource_manager": {
+                        "label": "YARN ResourceManager web address (default: HADOOP_CONF_DIR's)",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "queue": {"label": "YARN queue", "schema": {"type": ["string", "null"]}},
+                    "yarn_user": {
+                        "label": "YARN user (simple authentication)",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "hadoop_conf_dir": {
+                        "label": "HADOOP_CONF_DIR on the workers (yarn backend)",
+                        "schema": {"type": ["string", "null"]},
                     },
                     "namespace": {"label": "Kubernetes namespace", "schema": {"type": ["string", "null"]}},
                     "kubernetes_conn_id": {

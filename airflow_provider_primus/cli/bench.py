@@ -132,6 +132,19 @@ def register(sub: Any) -> None:
     k.add_argument("--workdir", type=Path, help="where the cluster's files go (default: system temp)")
     k.set_defaults(handler=run_k8s)
 
+    y = bsub.add_parser(
+        "yarn",
+        help="the YARN backend on Hadoop's mini cluster against the local backend",
+        description="Run the same job on the local backend and on YARN (executors in containers of "
+        "the job's application). Prints container allocation to executor serving (p50/p95), the time "
+        "an in-place container resize takes to apply, and rows/s on YARN against local.",
+    )
+    y.add_argument("--rows", type=int, default=60_000)
+    y.add_argument("--executors", type=int, default=4, help="data executors (containers)")
+    y.add_argument("--conf-dir", type=Path, help="a running cluster's HADOOP_CONF_DIR (default: start one)")
+    y.add_argument("--workdir", type=Path, help="where the data and cluster go (default: system temp)")
+    y.set_defaults(handler=run_yarn)
+
     f = bsub.add_parser(
         "faults",
         help="a mixed follow-mode job through broker outages and executor kills, row by row",
@@ -202,6 +215,14 @@ def run_k8s(args: argparse.Namespace) -> int:
             workdir=args.workdir,
         ),
     )
+
+
+def run_yarn(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.bench.yarn import run
+
+    result = run(rows=args.rows, executors=args.executors, conf_dir=args.conf_dir, workdir=args.workdir)
+    print(json.dumps(result))
+    return 0
 
 
 def run_faults(args: argparse.Namespace) -> int:

@@ -162,6 +162,10 @@ def _master(args: argparse.Namespace, store: Any, name: str, **kwargs: Any) -> A
         from airflow_provider_primus.kubernetes.submission import kube_master
 
         return kube_master(name, store.api, store.namespace, **kwargs)
+    if (store.get(name).spec.get("spec", {}).get("backend") or {}).get("type") == "yarn":
+        from airflow_provider_primus.yarn.submission import backend_factory
+
+        return Master(name, store, backend_factory=backend_factory(), **kwargs)
     return Master(name, store, **kwargs)
 
 

@@ -28,6 +28,7 @@ from airflow_provider_primus.cli import (
     serve_data,
     train,
     validate,
+    yarn,
 )
 from airflow_provider_primus.process import EXIT_FILE_ENV
 
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     k8s.register(sub)
     cluster.register(sub)
     control.register(sub)
+    yarn.register(sub)
     return parser
 
 

@@ -3,7 +3,10 @@
 Connection type ``primus``:
 
 * ``extra.home`` — PRIMUS_HOME of the local backend (job store and job files; default: the
-  worker's ``$PRIMUS_HOME``); ``extra.backend`` — ``local`` or ``kubernetes``; for Kubernetes
+  worker's ``$PRIMUS_HOME``); ``extra.backend`` — ``local``, ``kubernetes`` or ``yarn``; for YARN
+  (the master runs on the worker beside the local job store and drives the job's YARN application)
+  ``extra.resource_manager`` (``http://host:8088``), ``extra.queue``, ``extra.yarn_user`` and
+  ``extra.hadoop_conf_dir``, which fill a job document's ``backend.yarn`` where it is silent; for Kubernetes
   ``extra.namespace`` and ``extra.kubernetes_conn_id`` (a cncf-kubernetes connection: the hook uses
   that provider's ``KubernetesHook`` API client, never a process-global kube config). Operators may
   override the backend, namespace and Kubernetes connection per task;
@@ -59,6 +62,13 @@ from airflow_provider_primus.spec.status import TERMINAL
 __all__ = ["JobExists", "JobRecord", "PrimusError", "PrimusHook", "derive_token"]
 
 T = TypeVar("T")
+# Connection extra -> the job document's backend.yarn field it fills.
+YARN_CONNECTION_FIELDS = {
+    "resource_manager": "resource_manager",
+    "queue": "queue",
+    "yarn_user": "user",
+    "hadoop_conf_dir": "conf_dir",
+}
 
 
 class PrimusError(ControlError):
@@ -108,7 +118,7 @@ class PrimusHook(BaseHook):
     :param retries: further attempts of a control call after a transient failure.
     :param backoff_s: the first pause before a retry; it doubles per retry, with jitter.
     :param timeout_s: bound on each HTTP request to a master.
-    :param backend: ``local`` or ``kubernetes``, overriding the connection's ``extra.backend``.
+    :param backend: ``local``, ``kubernetes`` or ``yarn``, overriding the connection's ``extra.backend``.
     :param namespace: the Kubernetes namespace, overriding the connection's ``extra.namespace``.
     :param kubernetes_conn_id: the cncf-kubernetes connection, overriding the connection's
         ``extra.kubernetes_conn_id``.
@@ -165,6 +175,7 @@ class PrimusHook(BaseHook):
                 "host": None,
                 "port": None,
                 "secret": None,
+                "yarn": {},
                 **self.overrides,
             }
         extra = conn.extra_dejson
@@ -176,6 +187,11 @@ class PrimusHook(BaseHook):
             "host": conn.host or None,
             "port": conn.port,
             "secret": conn.password or None,
+            "yarn": {
+                field: extra[key]
+                for key, field in YARN_CONNECTION_FIELDS.items()
+                if extra.get(key) not in (None, "")
+            },
             **self.overrides,
         }
 
@@ -187,6 +203,10 @@ class PrimusHook(BaseHook):
     @property
     def kubernetes(self) -> bool:
         return bool(self.settings["backend"] == "kubernetes")
+
+    @property
+    def yarn(self) -> bool:
+        return bool(self.settings["backend"] == "yarn")
 
     @property
     def home(self) -> Path | None:
@@ -284,6 +304,10 @@ class PrimusHook(BaseHook):
         else:
             document, base_dir = dict(job), Path(base or os.getcwd())
         job_name = name or str(document.get("metadata", {}).get("name", ""))
+        if self.yarn:
+            from airflow_provider_primus.yarn.application import with_yarn_backend
+
+            document = with_yarn_backend(document, self.settings["yarn"])
         secret = self.settings["secret"]
         record = submit_document(
             document,
@@ -344,6 +368,20 @@ class PrimusHook(BaseHook):
             self.stop_job(name)
         except PrimusError:
             self.request_stop_offline(name)
+            if self.yarn:
+                self.kill_yarn_application(name)
+
+    def kill_yarn_application(self, name: str) -> list[str]:
+        """YARN, when no master answers: kill the job's application (found by its tag) so its
+        containers stop now rather than when the ApplicationMaster gives up on its master.
+
+        :param name: the job's name.
+        """
+        from airflow_provider_primus.yarn.application import kill_job_applications
+
+        record = self.get_job(name)
+        stored = ((record.spec.get("spec") or {}).get("backend") or {}).get("yarn") if record else None
+        return kill_job_applications(name, {**self.settings["yarn"], **(stored or {})})
 
     async def acancel_job(self, name: str) -> None:
         """``cancel_job`` for the triggerer's event loop (connection and store access run in a thread).
@@ -357,6 +395,8 @@ class PrimusHook(BaseHook):
             await self.astop_job(name)
         except PrimusError:  # no master answers: the stop waits in the job object for the next one
             await asyncio.to_thread(self.request_stop_offline, name)
+            if await asyncio.to_thread(lambda: self.yarn):
+                await asyncio.to_thread(self.kill_yarn_application, name)
 
     def delete_job(self, name: str) -> None:
         """Remove the job from the store (on Kubernetes its owned objects follow), e.g. to submit an
@@ -373,7 +413,15 @@ class PrimusHook(BaseHook):
         :param path: the PrimusJob document.
         """
         path = Path(path)
-        _, stored = load_job(read_document(path), path.resolve().parent, self.settings["backend"])
+        document = read_document(path)
+        if self.yarn:
+            from airflow_provider_primus.yarn.application import with_yarn_backend
+
+            document = with_yarn_backend(document, self.settings["yarn"])
+        # A YARN job is submitted to the local job store: its master runs here.
+        _, stored = load_job(
+            document, path.resolve().parent, "local" if self.yarn else self.settings["backend"]
+        )
         return stored
 
     def get_job(self, name: str) -> JobRecord | None:

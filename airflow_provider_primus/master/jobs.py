@@ -117,7 +117,8 @@ def load_job(
                 "evaluation runs in the trainer: training spec evaluation.holdout)",
             )
         )
-    if spec.backend.type != store_kind:
+    # A YARN job's master runs here, beside the local job store, and drives its application.
+    if {"yarn": "local"}.get(spec.backend.type, spec.backend.type) != store_kind:
         where = "a Kubernetes cluster" if store_kind == "kubernetes" else "the local job store"
         issues.append(
             SpecIssue(

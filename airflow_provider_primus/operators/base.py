@@ -68,7 +68,7 @@ class PrimusBaseOperator(BaseOperator):
     :param deferrable: wait in the triggerer (default: Airflow's ``[operators] default_deferrable``);
         without a healthy triggerer the operator polls in the worker instead.
     :param poll_interval: seconds between two reads of the job while waiting.
-    :param backend: ``local`` or ``kubernetes`` (default: the connection's).
+    :param backend: ``local``, ``kubernetes`` or ``yarn`` (default: the connection's).
     :param namespace: the Kubernetes namespace (default: the connection's).
     :param kubernetes_conn_id: the cncf-kubernetes connection (default: the connection's).
     """
@@ -91,8 +91,8 @@ class PrimusBaseOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if backend not in (None, "local", "kubernetes"):
-            raise ValueError(f"backend must be 'local' or 'kubernetes', got {backend!r}")
+        if backend not in (None, "local", "kubernetes", "yarn"):
+            raise ValueError(f"backend must be 'local', 'kubernetes' or 'yarn', got {backend!r}")
         self.primus_conn_id = primus_conn_id
         self.deferrable = deferrable
         self.poll_interval = poll_interval

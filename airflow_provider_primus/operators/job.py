@@ -45,6 +45,10 @@ class PrimusSubmitJobOperator(PrimusBaseOperator):
     second job is never started while one runs; a job that failed is submitted afresh. Killing the
     task stops the job (on Kubernetes: deletes the PrimusJob, whose pods follow).
 
+    ``backend="yarn"`` runs the job's executors as containers of a YARN application (the
+    ResourceManager, queue and user from the connection's extra where the document is silent); a
+    retry reattaches to the application by its tags, and killing the task kills the application.
+
     ``backend="kubernetes"`` submits the job as a PrimusJob resource through the cncf-kubernetes
     ``KubernetesHook`` of ``kubernetes_conn_id`` (in ``namespace``) and, with ``start_master``, starts
     the job's master as a driver pod.
@@ -118,6 +122,11 @@ class PrimusSubmitJobOperator(PrimusBaseOperator):
                 self.log.info("job %s was just submitted by another try: reattaching", name)
         else:
             self.log.info("reattaching to running job %s", name)
+            if hook.yarn and self.start_master:
+                # The master runs on a worker, which may be gone: start one (a second master refuses
+                # to run while the first lives); it finds the job's YARN application by its tags
+                # and re-adopts the containers.
+                hook.start_master(name)
         self.push_job(context, name)
         if not self.wait:
             return {"job": name}

@@ -243,6 +243,12 @@ def _quarantine_table(status: Mapping[str, Any]) -> str:
     )
 
 
+def _where(handle: Mapping[str, Any]) -> str:
+    """Where the executor runs, in its backend's words: a process id, a pod, a YARN container."""
+    ref = dig(handle, "ref") or {}
+    return str(dig(ref, "pid") or dig(ref, "pod") or dig(ref, "container") or "—")
+
+
 def _executors_table(status: Mapping[str, Any], points: Sequence[Point]) -> str:
     executors = as_map(status.get("executors"))
     if not executors:
@@ -266,7 +272,7 @@ def _executors_table(status: Mapping[str, Any], points: Sequence[Point]) -> str:
         rows.append(
             "<tr>"
             f"<td>{e(name)}</td><td>{e(dig(handle, 'role'))}</td><td>{e(dig(ex, 'state'))}</td>"
-            f"<td class='num'>{e(dig(handle, 'ref', 'pid') or '—')}</td>"
+            f"<td class='num'>{e(_where(handle))}</td>"
             f"<td class='num'>{e(fmt_cores(dig(handle, 'allotment', 'cpu')))}</td>"
             f"<td class='num'>{e(fmt_bytes(memory))}</td>"
             f"<td class='num'>{spark}{e(fmt_pct(dig(telemetry, 'cpu_util')))}</td>"
@@ -278,7 +284,8 @@ def _executors_table(status: Mapping[str, Any], points: Sequence[Point]) -> str:
             "</tr>"
         )
     return (
-        "<table><thead><tr><th>Executor</th><th>Role</th><th>State</th><th class='num'>PID</th>"
+        "<table><thead><tr><th>Executor</th><th>Role</th><th>State</th>"
+        "<th class='num'>PID / pod / container</th>"
         "<th class='num'>CPU allotted</th><th class='num'>Memory allotted</th>"
         "<th class='num'>CPU utilisation</th><th class='num'>RSS / limit</th><th class='num'>Rows/s</th>"
         "<th class='num'>Restarts</th><th>Last exit</th></tr></thead>"

@@ -174,7 +174,13 @@ def _annotate(node: dict[str, Any], path: tuple[str, ...]) -> None:
                 "(has(self.backend.type) && self.backend.type == 'kubernetes')",
                 "message": "only allowed with backend.type 'kubernetes'",
                 "fieldPath": ".backend.kubernetes",
-            }
+            },
+            {
+                "rule": "!has(self.backend) || !has(self.backend.yarn) || "
+                "(has(self.backend.type) && self.backend.type == 'yarn')",
+                "message": "only allowed with backend.type 'yarn'",
+                "fieldPath": ".backend.yarn",
+            },
         ]
 
 

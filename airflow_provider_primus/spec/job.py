@@ -308,14 +308,35 @@ class KubernetesBackend(StrictModel):
     control_from: list[Cidr] = Field(default_factory=list)
 
 
+class YarnBackend(StrictModel):
+    """Where and how executor containers run on YARN. The cluster is the one the Hadoop client
+    configuration in ``conf_dir`` (default: ``$HADOOP_CONF_DIR``) names; ``resource_manager`` (a
+    ``http://host:port``) overrides its web address. ``user`` is the YARN user under simple
+    authentication (default: the master's); ``python`` the interpreter on the NodeManagers (default:
+    the master's own, right on a one-machine cluster). ``staging_dir`` is where the application's
+    files are staged on the default filesystem (default ``/user/<user>/.primus``).
+    ``on_resize_refused`` as for Kubernetes: ``keep`` the allotment or ``recreate`` the container."""
+
+    conf_dir: NonEmptyStr | None = None
+    resource_manager: NonEmptyStr | None = None
+    queue: NonEmptyStr = "default"
+    user: NonEmptyStr | None = None
+    python: NonEmptyStr | None = None
+    staging_dir: NonEmptyStr | None = None
+    am_memory: Memory = 512 * 2**20
+    max_attempts: Annotated[int, Strict(), Field(ge=1, le=100)] = 4
+    on_resize_refused: Literal["keep", "recreate"] = "keep"
+
+
 class Backend(StrictModel):
     """``tls``: the control API, the dispatcher and every data executor serve TLS with a certificate
     authority made for this job when it is submitted, and every client verifies it (the token stays
-    the authorisation). Unset: on for Kubernetes and for a local job that listens beyond loopback,
-    off for a local job on 127.0.0.1 (nothing leaves the machine)."""
+    the authorisation). Unset: on for Kubernetes and for a local or YARN job that listens beyond
+    loopback, off for a job on 127.0.0.1 (nothing leaves the machine)."""
 
-    type: Literal["local", "kubernetes"] = "local"
+    type: Literal["local", "kubernetes", "yarn"] = "local"
     kubernetes: KubernetesBackend | None = None
+    yarn: YarnBackend | None = None
     tls: StrictBool | None = None
 
 
@@ -365,8 +386,12 @@ class JobSpec(StrictModel):
 
     @model_validator(mode="after")
     def _backend_settings(self) -> JobSpec:
-        if self.backend.type == "local" and self.backend.kubernetes is not None:
-            raise_issues([(("backend", "kubernetes"), "only allowed with backend.type 'kubernetes'")])
+        issues: list[tuple[tuple[str, ...], str]] = []
+        for kind in ("kubernetes", "yarn"):
+            if self.backend.type != kind and getattr(self.backend, kind) is not None:
+                issues.append((("backend", kind), f"only allowed with backend.type {kind!r}"))
+        if issues:
+            raise_issues(issues)
         return self
 
 

@@ -50,7 +50,8 @@ def test_the_schema_follows_the_models() -> None:
     replicas = spec["properties"]["roles"]["properties"]["data"]["properties"]["replicas"]
     assert replicas["properties"]["min"] == {"minimum": 0, "maximum": MAX_REPLICAS, "type": "integer"}
     backend = spec["properties"]["backend"]["properties"]
-    assert backend["type"]["enum"] == ["local", "kubernetes"]
+    assert backend["type"]["enum"] == ["local", "kubernetes", "yarn"]
+    assert backend["yarn"]["properties"]["on_resize_refused"]["enum"] == ["keep", "recreate"]
     assert backend["kubernetes"]["properties"]["on_resize_refused"]["enum"] == ["keep", "recreate"]
     window = spec["properties"]["data_service"]["properties"]["window"]
     assert (window["minimum"], window["exclusiveMinimum"]) == (0, True)
@@ -84,7 +85,7 @@ def role(**fields: Any) -> Doc:
 
 INVALID: list[tuple[str, Doc]] = [
     ("unknown field", job(roles={"data": {"replicaz": {"min": 1}}})),
-    ("enum", job(backend={"type": "yarn"})),
+    ("enum", job(backend={"type": "mesos"})),
     ("negative", job(**role(replicas={"min": -1}))),
     ("initial below min", job(**role(replicas={"min": 3, "initial": 2}))),
     ("max below min", job(**role(replicas={"min": 2, "max": 1}))),
@@ -102,6 +103,7 @@ INVALID: list[tuple[str, Doc]] = [
     ),
     ("missing data", without_data()),
     ("kubernetes settings with local", job(backend={"type": "local", "kubernetes": {"namespace": "x"}})),
+    ("yarn settings with local", job(backend={"yarn": {"queue": "q"}})),
     ("zero window", job(data_service={"window": 0})),
     ("fraction", job(scaling={"targets": {"cpu_utilization": 1.5}})),
     ("list item", job(scaling={"actions": ["scale_up"]})),

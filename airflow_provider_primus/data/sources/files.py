@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_primus.data.errors import CorruptFileError, MissingPartitionError, PlanCancelled
+from airflow_provider_primus.data.hdfs import open_hdfs
 from airflow_provider_primus.data.model import FileInfo, MissingPartition
 from airflow_provider_primus.data.objectstore import (
     ObjectStoreError,
@@ -57,6 +58,8 @@ def open_filesystem(
     """
     if uri_scheme(uri) == "s3":
         return open_object_store(uri, storage, owner=owner or repr(uri), resolved=resolved)
+    if uri_scheme(uri) == "hdfs":
+        return open_hdfs(uri, owner)
     if "://" in uri:
         fs, root = pafs.FileSystem.from_uri(uri)
         return fs, root.rstrip("/")

@@ -1,0 +1,84 @@
+"""What needs no cluster: reading a Hadoop configuration directory, an Airflow connection filling a
+job document's YARN settings, and how an allotment becomes a container's size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_primus.data.hdfs import HdfsError, open_hdfs
+from airflow_provider_primus.resources.backend import Allotment
+from airflow_provider_primus.spec.errors import SpecError
+from airflow_provider_primus.spec.job import validate_job_spec
+from airflow_provider_primus.yarn.application import document_link, submission_tag, with_yarn_backend
+from airflow_provider_primus.yarn.backend import memory_mb, vcores
+from airflow_provider_primus.yarn.config import HadoopConfError, load_conf
+
+
+def site(path: Path, **props: str) -> None:
+    body = "".join(f"<property><name>{k}</name><value>{v}</value></property>" for k, v in props.items())
+    path.write_text(f"<?xml version='1.0'?><configuration>{body}</configuration>")
+
+
+def test_configuration_is_read_and_expanded_as_hadoop_does(tmp_path: Path) -> None:
+    site(tmp_path / "core-site.xml", **{"fs.defaultFS": "hdfs://nn.example:8020"})
+    site(tmp_path / "yarn-site.xml", **{"yarn.resourcemanager.hostname": "rm.example"})
+    site(tmp_path / "hdfs-site.xml", **{"dfs.namenode.http-address": "0.0.0.0:9870"})
+    conf = load_conf(tmp_path)
+    assert conf.rm_url == "http://rm.example:8088"  # ${yarn.resourcemanager.hostname}:8088
+    assert conf.fs_default == "hdfs://nn.example:8020"
+    assert conf.webhdfs_url == "http://127.0.0.1:9870"  # a wildcard bind is reached on loopback
+    assert conf.application_classpath[0] == "$HADOOP_CONF_DIR"  # Hadoop's default list
+    assert not conf.kerberos
+
+
+def test_a_missing_or_broken_configuration_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(HadoopConfError, match="does not exist"):
+        load_conf(tmp_path / "nowhere")
+    (tmp_path / "yarn-site.xml").write_text("<configuration><property>")
+    with pytest.raises(HadoopConfError, match=r"yarn-site\.xml"):
+        load_conf(tmp_path)
+
+
+def test_the_connection_fills_what_the_document_leaves_out() -> None:
+    document = {"spec": {"data": "d.yaml", "backend": {"yarn": {"queue": "mine"}}}}
+    out = with_yarn_backend(document, {"queue": "theirs", "resource_manager": "http://rm:8088"})
+    assert out["spec"]["backend"] == {
+        "type": "yarn",
+        "yarn": {"queue": "mine", "resource_manager": "http://rm:8088"},
+    }
+    assert document["spec"]["backend"] == {"yarn": {"queue": "mine"}}  # not modified
+
+
+def test_yarn_settings_belong_to_the_yarn_backend_only() -> None:
+    job = {"apiVersion": "primus.dev/v1alpha1", "kind": "PrimusJob", "metadata": {"name": "j"}}
+    ok = validate_job_spec(
+        {**job, "spec": {"data": "d", "backend": {"type": "yarn", "yarn": {"queue": "q"}}}}
+    )
+    assert ok.spec.backend.yarn is not None and ok.spec.backend.yarn.am_memory == 512 * 2**20
+    with pytest.raises(SpecError, match=r"spec\.backend\.yarn: only allowed with backend\.type 'yarn'"):
+        validate_job_spec({**job, "spec": {"data": "d", "backend": {"type": "local", "yarn": {}}}})
+
+
+def test_an_allotment_becomes_whole_vcores_and_mebibytes() -> None:
+    assert (memory_mb(Allotment(0.5, 300 * 2**20 + 1)), vcores(Allotment(0.5, 2**30))) == (301, 1)
+    assert vcores(Allotment(1.5, 2**30)) == 2 and vcores(Allotment(2.0, 2**30)) == 2
+
+
+def test_names_given_to_the_cluster_carry_no_secret() -> None:
+    token = "s3cr3t-token"
+    assert token not in submission_tag(token) and submission_tag(token) == submission_tag(token)
+    assert document_link(1, "/a/b/training.yaml") == "document-1-training.yaml"
+
+
+def test_an_hdfs_uri_without_libhdfs_or_a_configuration_says_what_to_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
+    with pytest.raises(HdfsError, match="set HADOOP_CONF_DIR"):
+        open_hdfs("hdfs://nn.example:8020/logs", "source 'history'")
+    site(tmp_path / "core-site.xml", **{"fs.defaultFS": "hdfs://other:8020"})
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    with pytest.raises(HdfsError, match=r"names NameNode nn\.example:8020 but HADOOP_CONF_DIR"):
+        open_hdfs("hdfs://nn.example:8020/logs", "source 'history'")

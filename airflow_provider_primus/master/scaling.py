@@ -18,7 +18,7 @@ from airflow_provider_primus.master.store import JobStore, modify
 from airflow_provider_primus.resources.autoscaler import Decision, RoleView, decide
 from airflow_provider_primus.resources.backend import Allotment
 from airflow_provider_primus.resources.telemetry import Sample
-from airflow_provider_primus.spec.job import PrimusJob
+from airflow_provider_primus.spec.job import PrimusJob, parse_cpu, parse_memory
 from airflow_provider_primus.spec.status import EventType
 
 __all__ = ["Scaling"]
@@ -88,9 +88,17 @@ class Scaling:
             self.events.emit(EventType.RESIZE_REFUSED, f"no running executor {name!r}")
             return
         a = ex.handle.allotment
-        new = Allotment(float(want.get("cpu") or a.cpu), int(want.get("memory") or a.memory))
+        try:  # a request written to the job by hand (kubectl patch) may say "512Mi" or "500m"
+            cpu = parse_cpu(want["cpu"]) if want.get("cpu") else a.cpu
+            memory = parse_memory(want["memory"]) if want.get("memory") else a.memory
+        except ValueError as exc:
+            self.events.emit(EventType.RESIZE_REFUSED, f"{name}: cannot resize: {exc}", name)
+            return
+        new = Allotment(cpu, memory)
         if new != a:
             self.executors.resize(ex, new)  # samples carry the allotment: a new regime
+            if ex.handle.allotment != new:
+                return  # the backend kept the old allotment and said why (its ResizeRefused event)
             self.events.emit(
                 EventType.RESIZED,
                 f"{name}: cpu {a.cpu:g} -> {new.cpu:g}, "

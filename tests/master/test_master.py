@@ -199,7 +199,8 @@ def test_restarted_master_re_adopts_its_executors(job_world: JobWorld) -> None:
     modify(
         job_world.store,
         "job",
-        lambda r: {**r.desired, "resize": {"trainer-0": {"cpu": 0.1}}, "resize_gen": 1},
+        # as kubectl patch would write it: a quantity, not the API's number
+        lambda r: {**r.desired, "resize": {"trainer-0": {"cpu": "100m"}}, "resize_gen": 1},
     )
     record = until(job_world, lambda r: executor(r, "trainer-0")["handle"]["allotment"]["cpu"] == 0.1)
     first_master = record.status["master"]["pid"]
@@ -219,6 +220,25 @@ def test_restarted_master_re_adopts_its_executors(job_world: JobWorld) -> None:
     assert types.count("ExecutorAdopted") == len(pids)
     assert types.count("ExecutorLaunched") == launched_before  # no duplicates
     assert {n: e["handle"]["ref"]["pid"] for n, e in record.status["executors"].items()} == pids
+    assert_exactly_once(job_world)
+
+
+def test_a_resize_the_master_cannot_read_is_refused_and_the_job_runs_on(job_world: JobWorld) -> None:
+    """A request written into the job by hand is not checked by the API's model: a value the master
+    cannot read is a ResizeRefused event naming it, not a reconcile pass failing until the job does."""
+    submit(job_world.job(), store=job_world.store)
+    with running(job_world):
+        until(job_world, lambda r: (r.status.get("progress", {}).get("trainer_step") or 0) > 0)
+        modify(
+            job_world.store,
+            "job",
+            lambda r: {**r.desired, "resize": {"trainer-0": {"memory": "lots"}}, "resize_gen": 1},
+        )
+        record = until(job_world, ended)
+    assert record.status["phase"] == "Succeeded", record.status["message"]
+    refused = [e for e in job_world.store.events("job") if e.type == "ResizeRefused"]
+    assert refused and "trainer-0" in refused[0].message and "'lots'" in refused[0].message
+    assert "Resized" not in event_types(job_world)
     assert_exactly_once(job_world)
 
 

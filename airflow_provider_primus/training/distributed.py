@@ -9,31 +9,79 @@ gradients until every trainer is done.
 
 With one trainer every method is the identity and nothing is initialised, so the single-process
 runtime pays nothing for this.
+
+Two ways to meet: ``primus train --trainers N`` gives every process the same ``tcp://`` address it
+chose; a job's trainers ``meet`` through their master instead (its data service relays the address):
+the leader opens a TCPStore on a port the system picks, on the address the job advertises (loopback
+locally, the pod's IP in a cluster), and publishes it for its generation of the group.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import Store, TCPStore  # what torch.distributed re-exports
 
 __all__ = ["Group"]
 
 
+TIMEOUT = timedelta(minutes=10)
+
+
 class Group:
-    def __init__(self, rank: int = 0, world: int = 1, init_method: str | None = None) -> None:
+    def __init__(
+        self,
+        rank: int = 0,
+        world: int = 1,
+        init_method: str | None = None,
+        *,
+        store: Store | None = None,
+        backend: str = "gloo",
+    ) -> None:
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} is not in a world of {world}")
         self.rank, self.world = rank, world
+        self._store = store  # kept: the leader's store serves the group for its whole life
         if world > 1:
-            if init_method is None:
-                raise ValueError("more than one trainer needs an init method (tcp://host:port)")
+            if init_method is None and store is None:
+                raise ValueError("more than one trainer needs an init method (tcp://host:port) or a store")
             dist.init_process_group(
-                "gloo", init_method=init_method, rank=rank, world_size=world, timeout=timedelta(minutes=10)
+                backend, init_method=init_method, store=store, rank=rank, world_size=world, timeout=TIMEOUT
             )
+
+    @classmethod
+    def meet(
+        cls,
+        rank: int,
+        world: int,
+        *,
+        host: str,
+        publish: Callable[[str], None],
+        lookup: Callable[[], str | None],
+        backend: str = "gloo",
+        timeout_s: float = TIMEOUT.total_seconds(),
+    ) -> Group:
+        """Form the group through a relay: the leader publishes ``host:port`` of its TCPStore,
+        the others ``lookup`` until it is there (raising if their generation is superseded)."""
+        if world == 1:
+            return cls()
+        if rank == 0:
+            store = TCPStore(host, 0, world, True, timeout=TIMEOUT, wait_for_workers=False)
+            publish(f"{host}:{store.port}")
+        else:
+            deadline = time.monotonic() + timeout_s
+            while (address := lookup()) is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no leader published the trainer group's address in {timeout_s:.0f}s")
+                time.sleep(0.1)
+            where, port = address.rsplit(":", 1)
+            store = TCPStore(where, int(port), world, False, timeout=TIMEOUT)
+        return cls(rank, world, store=store, backend=backend)
 
     @property
     def leader(self) -> bool:

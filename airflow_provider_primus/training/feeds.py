@@ -147,16 +147,21 @@ class FileFeed:
         open_graph: bool = False,
         grace_s: float = 0.0,
         shuffle: tuple[int, int] | None = None,
+        rewind: Mapping[str, Any] | None = None,
+        claim: bool = False,
     ) -> FileFeed:
-        """A feed over a data service someone else runs (a job's master and its data executors)."""
+        """A feed over a data service someone else runs (a job's master and its data executors).
+        ``rewind``: where the service's consumption restarts (the checkpoint's, of every trainer;
+        None: another trainer rewinds it); ``claim``: other trainers read the same service."""
         feed = cls.__new__(cls)
         # The master's dispatcher may have seen acknowledgements newer than our checkpoint (we
         # crashed after them): consumption restarts from what the checkpoint holds.
-        client = DispatcherClient(location, token, grace_s=grace_s)
-        try:
-            client.rewind(dict(state["progress"]) if state else {})
-        finally:
-            client.close()
+        if rewind is not None:
+            client = DispatcherClient(location, token, grace_s=grace_s)
+            try:
+                client.rewind(dict(rewind))
+            finally:
+                client.close()
         feed.name = name
         feed.server = None
         feed.executors = []
@@ -170,6 +175,7 @@ class FileFeed:
             open_graph=open_graph,
             grace_s=grace_s,
             shuffle=shuffle,
+            claim=claim,
         )
         return feed
 
@@ -185,6 +191,7 @@ class FileFeed:
         open_graph: bool = False,
         grace_s: float = 0.0,
         shuffle: tuple[int, int] | None = None,
+        claim: bool = False,
     ) -> None:
         progress = dict(state["progress"]) if state else None
         self.location = location
@@ -198,6 +205,7 @@ class FileFeed:
             credits=8,
             grace_s=grace_s,
             stop_when_idle=open_graph,
+            claim=claim,
         )
         self._it: Iterator[TensorBatch] = iter(self.loader)
         self._retry_at = 0.0

@@ -6,8 +6,10 @@ sent it), conversion to torch tensors without per-row Python, and exact progress
 ``progress()`` once handed to the trainer, and is acknowledged to the dispatcher when the trainer
 asks for the next one (or stops iterating).
 Rows already consumed (re-sent after an executor died) are sliced away before they reach the
-trainer, so each planned row is yielded exactly once per pass. ``progress()`` is what a checkpoint
-stores; passing it back as ``progress=`` resumes with nothing lost or repeated.
+trainer, so each planned row is yielded exactly once per pass. Several loaders sharing one data
+service (data-parallel trainers) ``claim`` each batch's rows at the dispatcher first: a row another
+trainer claimed is left to it, so across trainers too each row is trained once. ``progress()`` is
+what a checkpoint stores; passing it back as ``progress=`` resumes with nothing lost or repeated.
 """
 
 from __future__ import annotations
@@ -113,8 +115,10 @@ class PrimusDataLoader:
         grace_s: float = 0.0,
         stop_when_idle: bool = False,
         batch_rows: int | None = None,
+        claim: bool = False,
     ) -> None:
         self._token = token
+        self.claim = claim
         self._dispatcher = DispatcherClient(dispatcher, token, grace_s=grace_s)
         # With an open graph (windows appended to a running job) an iteration ends when every task
         # known so far is consumed; ``idle`` then tells the caller to come back later, not that the
@@ -221,6 +225,8 @@ class PrimusDataLoader:
                     # unacknowledged, their task would never complete and the pass never end.
                     self.duplicates_dropped += seen
                     self._unacked.setdefault(task, []).extend(consumed.present(start, start + data.num_rows))
+                if self.claim and fresh:
+                    fresh = self._dispatcher.claim({task: fresh}).get(task, [])
                 if self.batch_rows is not None:
                     step = self.batch_rows
                     fresh = [(lo, min(lo + step, b)) for a, b in fresh for lo in range(a, b, step)]

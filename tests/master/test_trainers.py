@@ -1,0 +1,66 @@
+"""A job's data-parallel trainers: one group sharing the data service, exactly once through a
+trainer's kill and a change of their count at a checkpoint."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+
+from airflow_provider_primus.master.jobs import submit
+from tests.master.conftest import JobWorld, trace_rows_of_group
+from tests.master.test_master import ended, event_types, executor, running, slowed, until
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def group(initial: int, top: int = 2, **spec: Any) -> dict[str, Any]:
+    return {
+        # Small batches and a small read-ahead: the executors hold little when a group restarts.
+        "data_service": {"batch_rows": 500, "window": 2},
+        "roles": {
+            "data": {"resources": {"cpu": "500m", "memory": "1Gi"}},
+            "trainer": {
+                "replicas": {"min": 1, "initial": initial, "max": top},
+                "resources": {"cpu": 1, "memory": "2Gi"},
+            },
+        },
+        **spec,
+    }
+
+
+def assert_every_row_once(world: JobWorld) -> None:
+    rows = trace_rows_of_group(world.home)
+    assert len(rows) == world.rows, f"{len(rows)} rows trained, {world.rows} planned"
+    assert sorted(rows) == list(range(world.rows))
+
+
+def test_two_trainers_share_the_pass_and_train_every_row_once(job_world: JobWorld) -> None:
+    submit(job_world.job(**group(2)), store=job_world.store)
+    with running(job_world):
+        record = until(job_world, ended)
+    assert record.status["phase"] == "Succeeded", record.status["message"]
+    assert_every_row_once(job_world)
+    root = job_world.home / "jobs" / "job"
+    assert (root / "trace.jsonl.rank0").stat().st_size and (root / "trace.jsonl.rank1").stat().st_size
+    assert record.status["master"]["trainer_generation"] == 1
+    assert event_types(job_world).count("TrainersRegrouped") == 1
+
+
+def test_a_killed_trainer_restarts_the_group_from_its_checkpoint_exactly(job_world: JobWorld) -> None:
+    submit(job_world.job(**group(2)), store=job_world.store)
+    with running(job_world) as master:
+        with slowed(job_world, master):
+            until(job_world, lambda r: (r.status["progress"].get("trainer_step") or 0) > 60)
+            before = job_world.store.get("job")
+            os.kill(executor(before, "trainer-1")["handle"]["ref"]["pid"], signal.SIGKILL)
+            until(job_world, lambda r: r.status["master"]["trainer_generation"] == 2)
+        record = until(job_world, ended)
+    assert record.status["phase"] == "Succeeded", record.status["message"]
+    assert executor(record, "trainer-1")["restarts"] == 1
+    assert executor(record, "trainer-0")["incarnation"] == 1  # stopped and started with the group
+    # Both trainers resumed at the group's checkpoint: rows trained after it were trained again,
+    # by whichever trainer claimed them, and none twice.
+    assert_every_row_once(job_world)

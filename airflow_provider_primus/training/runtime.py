@@ -438,10 +438,15 @@ class Trainer:
         """No trainer has rows this step: a finished pass found out just now goes round once more to
         agree and stop; a followed stream (or an open graph) is waited for; anything else is an error."""
         stream = self._stream_feed()
-        if not self.options.follow:
+        # Trainers sharing a job's data service can all be without rows for a moment (the rows are
+        # still being read, or wait behind an ordered graph's barrier): they wait together.
+        shared = self.group.world > 1 and self.options.dispatcher is not None
+        if not self.options.follow and not shared:
             if all(f.exhausted() for f in self.feeds.values()):
                 return  # found out just now (a resumed, finished pass): agree and stop
             raise RuntimeError(f"no source can supply rows (active: {step.active})")
+        if shared and all(f.exhausted() for f in self.feeds.values()):
+            return
         if stream is not None and stream.gate_ms is not None and stream.source.buffered() > 0:
             # The replay holds back stream records the history cannot reach now (an open graph
             # waiting for its next window): under ``auto`` the data is live.
@@ -449,7 +454,7 @@ class Trainer:
         with self._waiting():
             if stream is not None:
                 stream.source.wait(0.5)  # an idle stream while following: wait for events
-            else:
+            elif not shared:  # (a shared data service's feeds waited for rows already)
                 time.sleep(0.2)  # an open graph waiting for its next window
         self._between_steps(policy)
         metrics = self.reporter.extra.get("metrics") if self.reporter is not None else None

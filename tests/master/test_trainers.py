@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_primus.master.jobs import submit
+from airflow_provider_primus.master.client import ControlClient
+from airflow_provider_primus.master.jobs import read_token, submit
+from airflow_provider_primus.master.master import Master
+from airflow_provider_primus.master.store import JobRecord
 from tests.master.conftest import JobWorld, trace_rows_of_group
 from tests.master.test_master import ended, event_types, executor, running, slowed, until
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(420)
 
 
 def group(initial: int, top: int = 2, **spec: Any) -> dict[str, Any]:
@@ -63,4 +66,39 @@ def test_a_killed_trainer_restarts_the_group_from_its_checkpoint_exactly(job_wor
     assert executor(record, "trainer-0")["incarnation"] == 1  # stopped and started with the group
     # Both trainers resumed at the group's checkpoint: rows trained after it were trained again,
     # by whichever trainer claimed them, and none twice.
+    assert_every_row_once(job_world)
+
+
+def _group_started(world: JobWorld, master: Master, generation: int) -> JobRecord:
+    """Wait for the group of ``generation`` to train, then slow its leader (and so the group) to a
+    tenth of a core, so the test acts mid-pass for certain."""
+    until(world, lambda r: (r.status.get("master") or {}).get("trainer_generation") == generation)
+    until(world, lambda r: executor(r, "trainer-0")["state"] == "running")
+    master.request({"resize": {"trainer-0": {"cpu": 0.1}}})
+    return until(world, lambda r: executor(r, "trainer-0")["handle"]["allotment"]["cpu"] == 0.1)
+
+
+def test_the_trainer_count_changes_at_a_checkpoint_and_every_row_is_trained_once(
+    job_world: JobWorld,
+) -> None:
+    submit(job_world.job(**group(2)), store=job_world.store)
+    with running(job_world) as master:
+        _group_started(job_world, master, 1)
+        until(job_world, lambda r: (r.status["progress"].get("trainer_step") or 0) > 60)
+        ControlClient(master.api.url, read_token("job")).scale("trainer", 1)  # the control API
+        record = _group_started(job_world, master, 2)
+        assert executor(record, "trainer-1")["state"] == "removed"
+        step = record.status["progress"].get("trainer_step") or 0
+        until(job_world, lambda r: (r.status["progress"].get("trainer_step") or 0) > step + 30)
+        master.request({"scale": {"trainer": 2}})
+        _group_started(job_world, master, 3)
+        master.request({"resize": {"trainer-0": {"cpu": 1.0}}})
+        record = until(job_world, ended)
+    assert record.status["phase"] == "Succeeded", record.status["message"]
+    regroups = [e for e in job_world.store.events("job") if e.type == "TrainersRegrouped"]
+    assert [(e.data["trainers"], e.data["reason"]) for e in regroups] == [
+        (2, "start"),
+        (1, "scale"),
+        (2, "scale"),
+    ]
     assert_every_row_once(job_world)

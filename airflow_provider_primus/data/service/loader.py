@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -172,6 +172,18 @@ class PrimusDataLoader:
                 self._refused[key] = now
 
     def __iter__(self) -> Iterator[TensorBatch]:
+        return cast(Iterator[TensorBatch], self.batches())
+
+    def acknowledge(self) -> None:
+        """Acknowledge what was handed over now, without asking for the next batch (a trainer that
+        holds rows while others wait on its acknowledgement: an ordered graph's barrier)."""
+        self._settle()
+        self._flush_acks()
+
+    def batches(self, pause_s: float | None = None) -> Iterator[TensorBatch | None]:
+        """The batches; with ``pause_s``, None each time no batch came for that long, so that a
+        trainer of several can step on without rows (the rows may be held by another trainer's
+        stream until that trainer steps: waiting here for them could wait for ever)."""
         last_ack = time.monotonic()
         last_progress = time.monotonic()
         last_discovery = time.monotonic()
@@ -199,6 +211,8 @@ class PrimusDataLoader:
                     try:
                         conn, meta, data = self._queue.get(timeout=self.poll_s)
                     except queue.Empty:
+                        if pause_s is not None and time.monotonic() - last_progress >= pause_s:
+                            yield None
                         if time.monotonic() - last_discovery >= self.poll_s:
                             status = self._dispatcher.status()
                             self._connect_new(status)

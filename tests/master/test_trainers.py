@@ -3,18 +3,24 @@ trainer's kill and a change of their count at a checkpoint."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
+import yaml
 
+from airflow_provider_primus.data.sources.kafka import produce
 from airflow_provider_primus.master.client import ControlClient
 from airflow_provider_primus.master.jobs import read_token, submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord
 from tests.master.conftest import JobWorld, trace_rows_of_group
 from tests.master.test_master import ended, event_types, executor, running, slowed, until
+from tests.training.conftest import SCHEMA, T0, events, to_json
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -102,3 +108,61 @@ def test_the_trainer_count_changes_at_a_checkpoint_and_every_row_is_trained_once
         (2, "scale"),
     ]
     assert_every_row_once(job_world)
+
+
+def test_two_trainers_share_files_and_stream_partitions_exactly_once_through_a_kill(
+    job_world: JobWorld, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    """Mixed mode: the files through the shared data service, the topic's two partitions one per
+    trainer; a trainer killed mid-run, the group resumed from its checkpoint."""
+    topic = new_topic("shared", partitions=2)
+    stream_rows = 2000
+    produce(kafka_broker.bootstrap_servers, topic, to_json(events(job_world.rows, stream_rows, T0, seed=9)))
+    data = yaml.safe_load(job_world.data_path.read_text())
+    data["spec"]["sources"].append(
+        {
+            "name": "events",
+            "type": "kafka",
+            "bootstrap_servers": kafka_broker.bootstrap_servers,
+            "topic": topic,
+            "event_time_field": "ts",
+            "start": {"policy": "earliest"},
+            "group_id": f"{topic}-trainer",
+            "schema": SCHEMA,
+        }
+    )
+    data["spec"]["mixture"] = [
+        {"source": "history", "weight": 0.75, "priority": 0},
+        {"source": "events", "weight": 0.25, "priority": 0},
+    ]
+    data["spec"]["window"]["end"] = (T0 + timedelta(hours=4)).isoformat()
+    job_world.data_path.write_text(yaml.safe_dump(data))
+    training = yaml.safe_load(job_world.training_path.read_text())
+    training["spec"]["mode"] = "mixed"
+    job_world.training_path.write_text(yaml.safe_dump(training))
+    submit(job_world.job(**group(2)), store=job_world.store)
+    with running(job_world) as master:
+        with slowed(job_world, master):
+            until(job_world, lambda r: (r.status["progress"].get("trainer_step") or 0) > 60)
+            os.kill(executor(job_world.store.get("job"), "trainer-1")["handle"]["ref"]["pid"], signal.SIGKILL)
+            until(job_world, lambda r: r.status["master"]["trainer_generation"] == 2)
+        record = until(job_world, ended)
+    assert record.status["phase"] == "Succeeded", record.status["message"]
+    rows = trace_rows_of_group(job_world.home)
+    planned = job_world.rows + stream_rows
+    assert len(rows) == planned, f"{len(rows)} rows trained, {planned} planned and produced"
+    assert sorted(rows) == list(range(planned))
+    root = job_world.home / "jobs" / "job"
+    sources = [
+        {row[0] for line in (root / f"trace.jsonl.rank{r}").read_text().splitlines() for row in _rows(line)}
+        for r in (0, 1)
+    ]
+    assert sources == [{"history", "events"}] * 2  # both trainers trained files and their partition
+
+
+def _rows(line: str) -> list[list[Any]]:
+    try:
+        rows: list[list[Any]] = json.loads(line)["rows"]
+    except ValueError:
+        return []  # the torn last line of a killed trainer
+    return rows

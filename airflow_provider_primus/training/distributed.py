@@ -18,8 +18,9 @@ locally, the pod's IP in a cluster), and publishes it for its generation of the 
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -46,6 +47,7 @@ class Group:
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} is not in a world of {world}")
         self.rank, self.world = rank, world
+        self.comm_s = 0.0  # seconds spent in collectives (``primus bench train-scale``'s share)
         self._store = store  # kept: the leader's store serves the group for its whole life
         if world > 1:
             if init_method is None and store is None:
@@ -87,18 +89,31 @@ class Group:
     def leader(self) -> bool:
         return self.rank == 0
 
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.comm_s += time.perf_counter() - started
+
     def sum(self, values: Sequence[float]) -> list[float]:
         """Element-wise sum over trainers (float64, so row counts stay exact)."""
         if self.world == 1:
             return [float(v) for v in values]
         t = torch.tensor(list(values), dtype=torch.float64)
-        dist.all_reduce(t)
+        with self._timed():
+            dist.all_reduce(t)
         return [float(v) for v in t.tolist()]
 
     def sum_gradients(self, model: torch.nn.Module) -> None:
         """Sum every parameter's gradient over trainers; a missing one counts as zero."""
         if self.world == 1:
             return
+        with self._timed():
+            self._sum_gradients(model)
+
+    def _sum_gradients(self, model: torch.nn.Module) -> None:
         for module in model.modules():
             if isinstance(module, torch.nn.EmbeddingBag) and module.sparse:
                 weight = module.weight
@@ -121,7 +136,8 @@ class Group:
         if self.world == 1:
             return [obj]
         out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, obj)
+        with self._timed():
+            dist.all_gather_object(out, obj)
         return out
 
     def broadcast(self, obj: Any) -> Any:
@@ -129,12 +145,14 @@ class Group:
         if self.world == 1:
             return obj
         box = [obj]
-        dist.broadcast_object_list(box, src=0)
+        with self._timed():
+            dist.broadcast_object_list(box, src=0)
         return box[0]
 
     def barrier(self) -> None:
         if self.world > 1:
-            dist.barrier()
+            with self._timed():
+                dist.barrier()
 
     def close(self) -> None:
         if self.world > 1 and dist.is_initialized():

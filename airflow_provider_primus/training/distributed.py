@@ -124,12 +124,23 @@ class Group:
                         weight.shape,
                     )
                 dist.all_reduce(weight.grad)
+        # The dense gradients travel as one flat buffer per device and dtype: one all-reduce per
+        # step instead of one per parameter (each is a round trip, and on shared cores a wait for
+        # the other trainer to be scheduled).
+        buckets: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
         for param in model.parameters():
             if param.grad is not None and param.grad.is_sparse:
                 continue
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
-            dist.all_reduce(param.grad)
+            buckets.setdefault((param.grad.device, param.grad.dtype), []).append(param.grad)
+        for grads in buckets.values():
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat)
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset : offset + g.numel()].view_as(g))
+                offset += g.numel()
 
     def gather(self, obj: Any) -> list[Any]:
         """Every trainer's ``obj``, in rank order, on every trainer."""

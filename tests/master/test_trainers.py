@@ -25,6 +25,19 @@ from tests.training.conftest import SCHEMA, T0, events, to_json
 pytestmark = pytest.mark.timeout(420)
 
 
+@pytest.fixture(autouse=True)
+def _steps_for_two(job_world: JobWorld) -> None:
+    """40 rows per trainer step (the world's training document has 20): two trainers then take as
+    many steps for the pass as one trainer does there, each step being a round of collectives."""
+    training = yaml.safe_load(job_world.training_path.read_text())
+    training["spec"]["batch_size"] = 40
+    job_world.training_path.write_text(yaml.safe_dump(training))
+
+
+def _ended(world: JobWorld) -> JobRecord:
+    return until(world, ended, timeout_s=300)
+
+
 def group(initial: int, top: int = 2, **spec: Any) -> dict[str, Any]:
     return {
         # Small batches and a small read-ahead: the executors hold little when a group restarts.
@@ -49,7 +62,7 @@ def assert_every_row_once(world: JobWorld) -> None:
 def test_two_trainers_share_the_pass_and_train_every_row_once(job_world: JobWorld) -> None:
     submit(job_world.job(**group(2)), store=job_world.store)
     with running(job_world):
-        record = until(job_world, ended)
+        record = _ended(job_world)
     assert record.status["phase"] == "Succeeded", record.status["message"]
     assert_every_row_once(job_world)
     root = job_world.home / "jobs" / "job"
@@ -66,10 +79,12 @@ def test_a_killed_trainer_restarts_the_group_from_its_checkpoint_exactly(job_wor
             before = job_world.store.get("job")
             os.kill(executor(before, "trainer-1")["handle"]["ref"]["pid"], signal.SIGKILL)
             until(job_world, lambda r: r.status["master"]["trainer_generation"] == 2)
-        record = until(job_world, ended)
+        record = _ended(job_world)
     assert record.status["phase"] == "Succeeded", record.status["message"]
-    assert executor(record, "trainer-1")["restarts"] == 1
-    assert executor(record, "trainer-0")["incarnation"] == 1  # stopped and started with the group
+    # One failure of the group, charged to the trainer seen failing first (trainer-0 may have failed
+    # of its peer's death in the same pass); both were started again with the group.
+    assert sum(executor(record, f"trainer-{i}")["restarts"] for i in (0, 1)) == 1
+    assert [executor(record, f"trainer-{i}")["incarnation"] for i in (0, 1)] == [1, 1]
     # Both trainers resumed at the group's checkpoint: rows trained after it were trained again,
     # by whichever trainer claimed them, and none twice.
     assert_every_row_once(job_world)
@@ -99,7 +114,7 @@ def test_the_trainer_count_changes_at_a_checkpoint_and_every_row_is_trained_once
         master.request({"scale": {"trainer": 2}})
         _group_started(job_world, master, 3)
         master.request({"resize": {"trainer-0": {"cpu": 1.0}}})
-        record = until(job_world, ended)
+        record = _ended(job_world)
     assert record.status["phase"] == "Succeeded", record.status["message"]
     regroups = [e for e in job_world.store.events("job") if e.type == "TrainersRegrouped"]
     assert [(e.data["trainers"], e.data["reason"]) for e in regroups] == [
@@ -146,7 +161,7 @@ def test_two_trainers_share_files_and_stream_partitions_exactly_once_through_a_k
             until(job_world, lambda r: (r.status["progress"].get("trainer_step") or 0) > 60)
             os.kill(executor(job_world.store.get("job"), "trainer-1")["handle"]["ref"]["pid"], signal.SIGKILL)
             until(job_world, lambda r: r.status["master"]["trainer_generation"] == 2)
-        record = until(job_world, ended)
+        record = _ended(job_world)
     assert record.status["phase"] == "Succeeded", record.status["message"]
     rows = trace_rows_of_group(job_world.home)
     planned = job_world.rows + stream_rows

@@ -109,6 +109,7 @@ class Executors:
         self.job, self.backend, self.events = job, backend, events
         self.token, self.exit_dir, self.command_for = token, exit_dir, command_for
         self.all: dict[str, Executor] = {n: Executor.from_dict(d) for n, d in known.items()}
+        self._stops: dict[str, threading.Thread] = {}  # name -> its backend stop still running
 
     def running(self, role: str | None = None) -> list[Executor]:
         return [e for e in self.all.values() if e.state == RUNNING and (role is None or e.role == role)]
@@ -191,7 +192,18 @@ class Executors:
     def remove(self, ex: Executor) -> None:
         ex.state = REMOVING
         self.events.emit(EventType.EXECUTOR_STOPPING, f"stopping {ex.name}", ex.name)
-        threading.Thread(target=self.backend.terminate, args=(ex.handle,), daemon=True).start()
+        stop = threading.Thread(target=self.backend.terminate, args=(ex.handle,), daemon=True)
+        stop.start()
+        self._stops[ex.name] = stop
+
+    def still_stopping(self, name: str) -> bool:
+        """A stop of ``name`` is still under way: the process may be gone while the backend still
+        cleans up after it (a local cgroup of the same name), so the name is not launched again yet."""
+        stop = self._stops.get(name)
+        if stop is not None and not stop.is_alive():
+            del self._stops[name]
+            return False
+        return stop is not None
 
     def stop_all(self) -> list[Executor]:
         """Stop every live executor (trainers first) and wait for them; returns them."""

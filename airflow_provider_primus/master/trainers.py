@@ -128,7 +128,8 @@ class TrainerGroup:
         live = self._trainers(RUNNING, REMOVING)
         want = self.replicas["trainer"]
         if not live:
-            self._start(want, allotment)
+            if not any(self.executors.still_stopping(f"trainer-{i}") for i in range(want)):
+                self._start(want, allotment)
             return
         running = self._trainers(RUNNING)
         if want == self.size or len(running) != len(live):

@@ -98,6 +98,23 @@ def register(sub: Any) -> None:
     h.add_argument("--workdir", type=Path, help="where to generate the data (default: system temp)")
     h.set_defaults(handler=run_hybrid)
 
+    ts = bsub.add_parser(
+        "train-scale",
+        help="one trainer vs two data-parallel trainers on the same rows: rows/s, communication share",
+        description="Train ROWS generated click rows (in memory) with one trainer, then with two "
+        "data-parallel trainer processes (gloo over loopback, each stepping BATCH_SIZE rows): rows/s "
+        "of both and, for two, the share of a step's time spent in collectives.",
+    )
+    ts.add_argument("--rows", type=count_of("rows"), default=400_000)
+    ts.add_argument("--batch-size", type=count_of("rows"), default=2048, help="rows per trainer step")
+    ts.add_argument("--seed", type=int, default=7)
+    ts.add_argument("--workdir", type=Path, help="where the runs write (default: system temp)")
+    # Set for each of the two trainer processes the benchmark starts.
+    ts.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    ts.add_argument("--world", type=int, default=2, help=argparse.SUPPRESS)
+    ts.add_argument("--dist-init", help=argparse.SUPPRESS)
+    ts.set_defaults(handler=run_train_scale)
+
     a = bsub.add_parser(
         "autoscale",
         help="a mis-sized job (one half-core data executor) with autoscaling off and on",
@@ -294,6 +311,17 @@ def run_dataplane(args: argparse.Namespace) -> int:
             tls=args.tls,
         ),
     )
+
+
+def run_train_scale(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.bench.train_scale import run, worker
+
+    sizes = {"rows": args.rows, "batch_size": args.batch_size, "seed": args.seed}
+    if args.rank is not None:
+        worker(rank=args.rank, world=args.world, init=args.dist_init, workdir=args.workdir, **sizes)
+        return 0
+    print(json.dumps(run(workdir=args.workdir, **sizes)))
+    return 0
 
 
 def run_hybrid(args: argparse.Namespace) -> int:

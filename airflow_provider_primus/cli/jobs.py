@@ -98,7 +98,9 @@ def register(sub: Any) -> None:
     scale = sub.add_parser(
         "scale",
         help="set a role's executor count (manual scaling)",
-        description="Ask the job's master to run REPLICAS executors of ROLE (clamped to the role's bounds).",
+        description="Ask the job's master to run REPLICAS executors of ROLE (clamped to the role's bounds). "
+        "Trainers are one data-parallel group: they stop at their next checkpoint and resume from it "
+        "as REPLICAS trainers.",
     )
     scale.add_argument("job", help="job name (or its document)")
     scale.add_argument("--role", required=True, choices=("data", "trainer", "evaluator"))

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow_provider_primus.cli.progress import Bar, chatty, on_terminal
 from airflow_provider_primus.process import primus_command
-from airflow_provider_primus.training.options import COMMAND, TrainerExecutorOptions
+from airflow_provider_primus.training.options import COMMAND, EXIT_REGROUP, TrainerExecutorOptions
 
 
 def register(sub: Any) -> None:
@@ -25,13 +25,7 @@ def register(sub: Any) -> None:
     TrainerExecutorOptions.add_arguments(parser)
     parser.add_argument("--mode", choices=("batch", "stream", "mixed"), help="overrides the training spec")
     parser.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in --workdir")
-    parser.add_argument(
-        "--trainers",
-        type=int,
-        help="data-parallel trainer processes (overrides the training spec); rank 0 prints the result",
-    )
     # Set by the launcher for each trainer process it starts.
-    parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--dist-init", help=argparse.SUPPRESS)
     parser.set_defaults(handler=run)
 
@@ -135,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
             rank=args.rank or 0,
             world_size=world,
             dist_init=args.dist_init,
+            generation=args.generation,
+            host=args.host,
             dispatcher=args.dispatcher,
             token=_job_token() if args.dispatcher else None,
             open_graph=args.open_graph,
@@ -161,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if trace is not None:
             trace.close()
+    if result.get("regrouped"):
+        return EXIT_REGROUP  # stopped at a checkpoint: the job's master starts the next group
     if args.rank:
         return 0  # rank 0 reports for the job
     if args.json:

@@ -7,6 +7,7 @@ them in from the job's spec and where the master's services listen.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from airflow_provider_primus.data.service.options import DataExecutorOptions
@@ -19,9 +20,16 @@ __all__ = ["executor_command"]
 
 
 def executor_command(
-    job: PrimusJob, paths: JobPaths, dispatcher: str, role: str, service_name: str
+    job: PrimusJob,
+    paths: JobPaths,
+    dispatcher: str,
+    role: str,
+    service_name: str,
+    *,
+    group: Mapping[str, int] | None = None,
 ) -> list[str]:
-    """The command that starts ``role``'s executor named ``service_name`` towards the dispatcher."""
+    """The command that starts ``role``'s executor named ``service_name`` towards the dispatcher;
+    ``group``: a trainer's ``trainers``, ``rank`` and ``generation`` (master/trainers.py)."""
     spec, ds = job.spec, job.spec.data_service
     if role == "data":
         data = DataExecutorOptions(
@@ -48,5 +56,7 @@ def executor_command(
         dispatcher=dispatcher,
         executor_name=service_name,
         grace_s=ds.master_grace_s,
+        host=spec.control.host,  # where the group's leader listens for the others
+        **(group or {}),
     )
     return primus_command(*trainer.argv())

@@ -36,8 +36,8 @@ RUNNING, REMOVING, COMPLETED, FAILED, REMOVED = (
 )
 LAUNCH_WORKERS = 16  # concurrent launches for a backend that allows them (pod creates)
 
-# (role, name towards the dispatcher) -> the executor's ``primus`` arguments
-CommandFor = Callable[[str, str], list[str]]
+# (role, name towards the dispatcher, index) -> the executor's ``primus`` arguments
+CommandFor = Callable[[str, str, int], list[str]]
 
 
 @dataclass
@@ -114,6 +114,7 @@ class Executors:
         self.job, self.backend, self.events = job, backend, events
         self.token, self.exit_dir, self.command_for = token, exit_dir, command_for
         self.all: dict[str, Executor] = {n: Executor.from_dict(d) for n, d in known.items()}
+        self._stops: dict[str, threading.Thread] = {}  # name -> its backend stop still running
 
     def running(self, role: str | None = None) -> list[Executor]:
         return [e for e in self.all.values() if e.state == RUNNING and (role is None or e.role == role)]
@@ -157,20 +158,30 @@ class Executors:
         for index in indexes:
             self.launch(role, index, allotment)
 
-    def launch(self, role: str, index: int, allotment: Allotment, previous: Executor | None = None) -> None:
+    def launch(
+        self,
+        role: str,
+        index: int,
+        allotment: Allotment,
+        previous: Executor | None = None,
+        *,
+        restarts: int | None = None,
+    ) -> None:
+        """``previous``: the incarnation this one restarts (its restarts + 1); ``restarts``: the
+        count to carry otherwise (a trainer group restarted as a whole)."""
         name = f"{role}-{index}"
         old = self.all.get(name)
         ex = Executor(
             Handle(name, role, index, allotment),
             incarnation=(old.incarnation + 1) if old else 0,
-            restarts=(previous.restarts + 1) if previous else 0,
+            restarts=(previous.restarts + 1) if previous else (restarts or 0),
         )
         exit_file = self.exit_file(ex)
         exit_file.unlink(missing_ok=True)
         env = {TOKEN_ENV: self.token, EXIT_FILE_ENV: str(exit_file)}
         if self.tls_dir is not None:
             env[TLS_DIR_ENV] = str(self.tls_dir)
-        command = self.command_for(role, ex.service_name)
+        command = self.command_for(role, ex.service_name, index)
         ex.handle = self.backend.launch(
             name, role, index, allotment, command, env, incarnation=ex.incarnation
         )
@@ -188,7 +199,18 @@ class Executors:
     def remove(self, ex: Executor) -> None:
         ex.state = REMOVING
         self.events.emit(EventType.EXECUTOR_STOPPING, f"stopping {ex.name}", ex.name)
-        threading.Thread(target=self.backend.terminate, args=(ex.handle,), daemon=True).start()
+        stop = threading.Thread(target=self.backend.terminate, args=(ex.handle,), daemon=True)
+        stop.start()
+        self._stops[ex.name] = stop
+
+    def still_stopping(self, name: str) -> bool:
+        """A stop of ``name`` is still under way: the process may be gone while the backend still
+        cleans up after it (a local cgroup of the same name), so the name is not launched again yet."""
+        stop = self._stops.get(name)
+        if stop is not None and not stop.is_alive():
+            del self._stops[name]
+            return False
+        return stop is not None
 
     def stop_all(self) -> list[Executor]:
         """Stop every live executor (trainers first) and wait for them; returns them."""
@@ -214,12 +236,16 @@ class Executors:
     def lost_while_away(self, ex: Executor) -> Observation:
         return Observation(ex.name, time.monotonic(), False, reason="ended while no master ran")
 
+    def observed(self, ex: Executor, obs: Observation) -> Observation:
+        """``obs`` with the exit code an adopted executor (not our child) wrote where we told it to."""
+        if obs.exit_code is None and obs.reason in (None, "exited"):
+            with contextlib.suppress(OSError, ValueError):
+                return replace(obs, exit_code=int(self.exit_file(ex).read_text()))
+        return obs
+
     def exited(self, ex: Executor, obs: Observation, *, data_finished: bool) -> Exit:
         """Settle an executor that ended: removed, completed, restarted, abandoned or the job fails."""
-        if obs.exit_code is None and obs.reason in (None, "exited"):
-            # Adopted: not our child, but it wrote its code where we told it to.
-            with contextlib.suppress(OSError, ValueError):
-                obs = replace(obs, exit_code=int(self.exit_file(ex).read_text()))
+        obs = self.observed(ex, obs)
         ex.exit_code, ex.reason = obs.exit_code, obs.reason
         if ex.state == REMOVING:
             ex.state = REMOVED

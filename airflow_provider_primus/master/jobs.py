@@ -105,10 +105,6 @@ def load_job(
                 f"{len(files)}: {', '.join(s.name for s in files)})",
             )
         )
-    if spec.roles.trainer.replicas.min != 1:
-        issues.append(
-            SpecIssue("spec.roles.trainer.replicas", "a job runs one trainer executor (scale it vertically)")
-        )
     if spec.roles.evaluator is not None:
         issues.append(
             SpecIssue(

@@ -41,11 +41,12 @@ from airflow_provider_primus.master.savepoints import Savepoints
 from airflow_provider_primus.master.scaling import Scaling
 from airflow_provider_primus.master.store import JobNotFound, JobStore
 from airflow_provider_primus.master.telemetry import Telemetry
-from airflow_provider_primus.resources.backend import Backend, Observation
+from airflow_provider_primus.master.trainers import TrainerGroup
+from airflow_provider_primus.resources.backend import Allotment, Backend, Observation
 from airflow_provider_primus.resources.local import LocalBackend
 from airflow_provider_primus.spec.job import PrimusJob
 from airflow_provider_primus.spec.loader import load_data_spec, load_training_spec
-from airflow_provider_primus.spec.status import EventType, ExecutorState, Phase
+from airflow_provider_primus.spec.status import EventType, Phase
 from airflow_provider_primus.tls import JobCa, write_private
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,13 @@ class Master:
             tls_dir=self.paths.tls if self.ca else None,
         )  # fmt: skip
         self.scaling = Scaling(self.job, self.executors, self.events, applied=self.applied, previous=previous)
+        self.trainers = TrainerGroup(
+            self.executors,
+            self.events,
+            self.scaling.replicas,
+            applied=self.applied,
+            send_command=self._send_command,
+        )
         self.telemetry = Telemetry((previous.get("progress") or {}).get("trainer_report") or {})
         self.savepoints = Savepoints(self.events, previous.get("savepoints") or {})
         self.publisher = StatusPublisher(store, name, on_status)
@@ -154,8 +162,12 @@ class Master:
         self.events.emit(EventType.FAILED, message)
         self.backend.close()
 
-    def _command(self, role: str, service_name: str) -> list[str]:
-        return executor_command(self.job, self.paths, self.server.location, role, service_name)
+    def _command(self, role: str, service_name: str, index: int) -> list[str]:
+        group = self.trainers.command_fields(index) if role == "trainer" else None
+        return executor_command(self.job, self.paths, self.server.location, role, service_name, group=group)
+
+    def _send_command(self, executor: str, command: dict[str, Any]) -> None:
+        self.server.send_command(executor, command)
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -220,6 +232,8 @@ class Master:
             self.scaling.autoscale(list(self.telemetry.samples))
             data_done = self.dispatcher.finished() or self.jobdata.files_source is None
             self.scaling.converge(data_done=data_done)
+            trainer = self.job.spec.roles.trainer.resources
+            self.trainers.converge(Allotment(trainer.cpu, trainer.memory))
             self._check_done()
         if not self.phase.terminal:
             self.scaling.publish(self.store, self.name)
@@ -261,15 +275,16 @@ class Master:
         self.telemetry.forget(ex.name)
         if ex.role == "data":
             self.dispatcher.forget(ex.service_name)
-        outcome = self.executors.exited(ex, obs, data_finished=self.dispatcher.finished())
+        outcome = (self.trainers.settle(ex, obs) if ex.role == "trainer" else None) or self.executors.exited(
+            ex, obs, data_finished=self.dispatcher.finished()
+        )
         if outcome.kind == "abandoned":
             self.scaling.replicas[ex.role] = outcome.replicas
         elif outcome.kind == "failed":
             self._fail(outcome.message)
 
     def _check_done(self) -> None:
-        trainers = [e for e in self.executors.all.values() if e.role == "trainer"]
-        if trainers and all(e.state == ExecutorState.COMPLETED for e in trainers):
+        if self.trainers.finished():
             self.phase, self.message = Phase.SUCCEEDED, self.jobdata.succeeded()
 
     def _fail(self, message: str) -> None:
@@ -291,6 +306,9 @@ class Master:
                     "api_port": self.api.port,
                     "metrics": f"{self.api.url}/metrics",
                     **self.jobdata.endpoint(),
+                    # Where the trainer group of this generation meets (its leader's store).
+                    "rendezvous": self.server.rendezvous.get(self.trainers.generation),
+                    "trainer_generation": self.trainers.generation,
                 },
                 scaling=self.scaling,
                 executors=self.executors,

@@ -69,12 +69,14 @@ class Scaling:
 
     def manual_scale(self, role: str, replicas: int) -> None:
         spec_role = self.job.spec.roles.get(role)
-        if spec_role is None or role == "trainer":
+        if spec_role is None or role not in self.replicas:
             self.events.emit(EventType.SCALE_REFUSED, f"role {role!r} cannot be scaled horizontally")
             return
         lo, hi = spec_role.replicas.min, spec_role.replicas.top
         clamped = max(lo, min(hi, replicas))
         note = "" if clamped == replicas else f" (clamped to [{lo}, {hi}])"
+        if role == "trainer":  # the trainer group regroups at its next checkpoint (master/trainers.py)
+            note += " at the next checkpoint"
         self.events.emit(
             EventType.SCALE_REQUESTED,
             f"{role}: {self.replicas.get(role)} -> {clamped} replicas{note}",
@@ -192,13 +194,11 @@ class Scaling:
         """Launch or remove executors until each role runs its desired replicas. ``data_done``: the
         data pass is over (or there is none), so no new data executors are started."""
         trainer_done = any(e.state == COMPLETED for e in self.executors.all.values() if e.role == "trainer")
-        for role in ("data", "trainer"):
+        for role in ("data",):  # the trainers are one group: master/trainers.py converges them
             want = self.replicas[role]
             running = self.executors.running(role)
-            if role == "data" and (data_done or trainer_done):
+            if data_done or trainer_done:
                 want = len(running)  # no new data executors once the pass is over
-            if role == "trainer" and trainer_done:
-                want = 0
             spec_role = self.executors.role(role)
             used = {
                 e.handle.index

@@ -52,7 +52,7 @@ class Telemetry:
             metrics: Mapping[str, Any] = {}
             if ex.role == "trainer":
                 _, metrics = reports.get(ex.service_name, (0.0, {}))
-                if metrics:
+                if metrics and ex.handle.index == 0:  # the group's leader speaks for the job
                     # Bookkeeping (savepoint lists, events) is not figures.
                     self.trainer_report = {
                         k: v for k, v in metrics.items() if k not in ("savepoints_done", "events")

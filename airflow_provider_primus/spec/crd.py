@@ -3,8 +3,8 @@
 One contract, two validators: ``validate_job_spec`` checks a document on the user's machine, the
 apiserver checks the custom resource with the OpenAPI v3 schema built here from the pydantic models
 (types, enums, bounds, patterns, required fields; unknown fields are refused by strict field
-validation) and CEL rules for the cross-field checks the models make in Python (replica order, fixed
-trainer world, vertical bounds around the request). Both report the same field paths.
+validation) and CEL rules for the cross-field checks the models make in Python (replica order, at
+least one trainer, vertical bounds around the request). Both report the same field paths.
 
 The custom resource is the job document with two additions the master needs: ``spec.desired`` (the
 runtime intent a person or the control API changes — the ``scale`` subresource writes
@@ -125,16 +125,10 @@ def _bounds_rules(role: str) -> list[dict[str, Any]]:
 
 def _trainer_rule() -> dict[str, Any]:
     r = "self.trainer.replicas"
-    mn = _opt(r, "min", "1")
-    st = f"(has({r}.initial) ? {r}.initial : {mn})"
-    top = f"(has({r}.max) ? {r}.max : {st})"
     return {
-        "rule": f"!has(self.trainer) || !has({r}) || ({mn} >= 1 && {mn} == {st} && {st} == {top})",
-        "message": (
-            "data-parallel trainers form a fixed world: min, initial and max must be equal and at "
-            "least 1; scale trainers vertically"
-        ),
-        "fieldPath": ".trainer.replicas",
+        "rule": f"!has(self.trainer) || !has({r}) || !has({r}.min) || {r}.min >= 1",
+        "message": "a job trains with at least 1 trainer",
+        "fieldPath": ".trainer.replicas.min",
     }
 
 
@@ -187,12 +181,17 @@ def _annotate(node: dict[str, Any], path: tuple[str, ...]) -> None:
 DESIRED_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "Runtime intent (scale, resize, windows, savepoints, suspend, stop); the master "
-    "applies it. The scale subresource writes scale.data.",
+    "applies it. The scale subresource writes scale.data; scale.trainer regroups the trainers at a "
+    "checkpoint.",
     "x-kubernetes-preserve-unknown-fields": True,
     "properties": {
         "scale": {
             "type": "object",
-            "properties": {"data": {"type": "integer", "minimum": 0}},
+            "properties": {
+                "data": {"type": "integer", "minimum": 0},
+                # The trainers' count changes at a checkpoint (the group restarts with as many).
+                "trainer": {"type": "integer", "minimum": 1},
+            },
             "x-kubernetes-preserve-unknown-fields": True,
         },
         "suspend": {"type": "boolean"},

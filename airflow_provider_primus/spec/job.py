@@ -231,16 +231,15 @@ class Roles(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _trainers_fixed(self) -> Roles:
+    def _a_trainer(self) -> Roles:
         r = self.trainer.replicas
-        if not (r.min == r.start == r.top) or r.min < 1:
+        if r.min < 1:
             raise_issues(
                 [
                     (
-                        ("trainer", "replicas"),
-                        "data-parallel trainers form a fixed world: min, initial and max must be equal "
-                        f"and at least 1 (got min={r.min}, initial={r.start}, max={r.top}); scale "
-                        "trainers vertically",
+                        ("trainer", "replicas", "min"),
+                        f"a job trains with at least 1 trainer (got min={r.min}); data-parallel "
+                        "trainers change count only at a checkpoint (primus scale --role trainer)",
                     )
                 ]
             )

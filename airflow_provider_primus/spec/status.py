@@ -111,6 +111,10 @@ class MasterEndpoint(_Status):
     metrics: str | None = None  # the Prometheus scrape target (the job token as bearer)
     dispatcher: str
     dispatcher_port: int
+    # The data-parallel trainers' rendezvous: where the current group's leader listens (host:port),
+    # and the group's generation (one per start of the group).
+    rendezvous: str | None = None
+    trainer_generation: int = 0
 
 
 def _no_rows() -> list[int | None]:
@@ -187,6 +191,7 @@ class EventType(StrEnum):
     EXECUTOR_STOPPING = "ExecutorStopping"
     EXECUTOR_REMOVED = "ExecutorRemoved"
     TRAINER_COMPLETED = "TrainerCompleted"
+    TRAINERS_REGROUPED = "TrainersRegrouped"  # a new data-parallel group started (count, generation)
     MEMORY_PRESSURE = "MemoryPressure"
     MEMORY_LIMIT = "MemoryLimit"
     ORPHAN_DELETED = "OrphanDeleted"
@@ -254,6 +259,14 @@ class ScalePayload(_Payload):
     reason: str | None = None
     signals: dict[str, float] = Field(default_factory=dict)
     t: float | None = None
+
+
+class RegroupPayload(_Payload):
+    """A trainer group's start: its generation, its trainers and why (``start``, ``scale``, ``failure``)."""
+
+    generation: int
+    trainers: int
+    reason: str
 
 
 class ResizePayload(_Payload):
@@ -330,6 +343,7 @@ _PAYLOADS: dict[EventType, type[_Payload]] = {
     EventType.SCALE_DECISION: ScalePayload,
     EventType.SCALE_REQUESTED: ScalePayload,
     EventType.RESIZED: ResizePayload,
+    EventType.TRAINERS_REGROUPED: RegroupPayload,
     EventType.TASK_QUARANTINED: QuarantinePayload,
     EventType.SAVEPOINT_DONE: SavepointPayload,
     EventType.SAVEPOINT_FAILED: SavepointPayload,

@@ -1,5 +1,6 @@
 """The one agreement trainers reach before each step: who is still active, the step's rows, the
-loss and learning-rate weights, and whether rank 0's timers call for a checkpoint or a snapshot.
+loss and learning-rate weights, whether rank 0's timers (or any trainer's savepoint) call for a
+checkpoint or a snapshot, and whether any trainer was asked to stop there for a regroup.
 
 Every trainer contributes its own record, made from what it brings to the step (``LocalStep``); the
 element-wise sum over trainers (``Group.sum``, one all-reduce of a short float64 vector) is what each
@@ -35,7 +36,8 @@ class LocalStep:
 class StepControl:
     """Summed over trainers, each field counts: trainers still active, rows in the step, rows trained
     on, rows weighted by their learning-rate multiplier and by their loss weight, and whether the
-    leader wants a checkpoint / a published snapshot after this step (only rank 0 contributes those)."""
+    leader wants a checkpoint / a published snapshot after this step (rank 0's timers; any trainer's
+    savepoint), and whether the trainers stop at that checkpoint (the master regroups them)."""
 
     active: float
     rows: float
@@ -44,6 +46,7 @@ class StepControl:
     loss_weighted: float
     checkpoint_due: float
     publish_due: float
+    stop: float = 0.0
 
     def to_vector(self) -> list[float]:
         """The fields in declaration order: the all-reduce's wire format."""
@@ -57,7 +60,13 @@ class StepControl:
 
     @classmethod
     def of(
-        cls, step: LocalStep, weights: SourceWeights, *, checkpoint_due: bool, publish_due: bool
+        cls,
+        step: LocalStep,
+        weights: SourceWeights,
+        *,
+        checkpoint_due: bool,
+        publish_due: bool,
+        stop: bool = False,
     ) -> StepControl:
         """This trainer's record for ``step`` (``*_due``: this trainer's timers, the leader's count)."""
         trained = [
@@ -71,6 +80,7 @@ class StepControl:
             trained_rows=float(sum(r for _, _, r in trained)),
             lr_weighted=float(sum(m * r for m, _, r in trained)),
             loss_weighted=float(sum(w * r for _, w, r in trained)),
-            checkpoint_due=float(checkpoint_due),
+            checkpoint_due=float(checkpoint_due or stop),
             publish_due=float(publish_due),
+            stop=float(stop),
         )

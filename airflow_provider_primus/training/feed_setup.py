@@ -93,19 +93,26 @@ def open_feeds(
     states: Mapping[str, Any],
     spec_path: Callable[[], Path],
     on_event: EventSink,
+    cut: Mapping[str, Any] | None = None,
 ) -> None:
     """Open the feeds of ``names`` into ``into`` (so that whatever opened before a failure is closed
     with the trainer). ``columns``: the sparse and dense feature columns; ``states``: the feeds'
-    checkpointed positions; ``spec_path``: the data document on disk for the data executors."""
+    checkpointed positions; ``spec_path``: the data document on disk for the data executors;
+    ``cut``: per files source, every trainer's progress together (a job's shared data service
+    resumes there: its group's leader rewinds it)."""
     sparse, dense = columns
     files = [s for s in data.spec.sources if isinstance(s, FileSource) and s.name in names]
     shuffle = (spec.mixing.shuffle.buffer_rows, spec.seed + 7919 * group.rank)
-    # With several trainers each hosts its own data service over a disjoint share of the tasks:
-    # no trainer ever waits on another's acknowledgements (an ordered graph's barriers would
-    # otherwise tie them together), and each keeps its own exact progress.
+    # A job's trainers share its data service: the leader rewinds it to the checkpoint's cut, and
+    # with several each claims the rows it receives, so a row reaches one of them only.
+    # Without a job (``primus train --trainers N``) each hosts its own data service over a disjoint
+    # share of the tasks: no trainer ever waits on another's acknowledgements (an ordered graph's
+    # barriers would otherwise tie them together), and each keeps its own exact progress.
     if files and options.dispatcher is not None:
         if len(files) > 1:
             raise ValueError("a job's trainer reads one files source through the master's data service")
+        state = states.get(files[0].name)
+        resume_at = (cut or {}).get(files[0].name, (state or {}).get("progress") or {})
         into[files[0].name] = FileFeed.attach(
             files[0].name,
             options.dispatcher,
@@ -113,10 +120,12 @@ def open_feeds(
             sparse=sparse,
             dense=dense,
             passthrough=options.passthrough,
-            state=states.get(files[0].name),
+            state=state,
             open_graph=options.open_graph,
             grace_s=options.grace_s,
             shuffle=shuffle,
+            rewind=resume_at if group.leader else None,
+            claim=group.world > 1,
         )
     elif files:
         window = data.spec.window

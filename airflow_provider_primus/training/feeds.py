@@ -27,7 +27,9 @@ from airflow_provider_primus.data.tensors import TensorBatch, take_rows
 from airflow_provider_primus.training.shuffle import ShuffleBuffer
 from airflow_provider_primus.training.stream import StreamSource
 
-__all__ = ["Feed", "Fifo", "FileFeed", "MemoryFeed", "StreamFeed"]
+__all__ = ["SHARED_PAUSE_S", "Feed", "Fifo", "FileFeed", "MemoryFeed", "StreamFeed"]
+
+SHARED_PAUSE_S = 0.2  # how long a trainer of several waits for rows before stepping on without
 
 
 class Feed(Protocol):
@@ -147,16 +149,21 @@ class FileFeed:
         open_graph: bool = False,
         grace_s: float = 0.0,
         shuffle: tuple[int, int] | None = None,
+        rewind: Mapping[str, Any] | None = None,
+        claim: bool = False,
     ) -> FileFeed:
-        """A feed over a data service someone else runs (a job's master and its data executors)."""
+        """A feed over a data service someone else runs (a job's master and its data executors).
+        ``rewind``: where the service's consumption restarts (the checkpoint's, of every trainer;
+        None: another trainer rewinds it); ``claim``: other trainers read the same service."""
         feed = cls.__new__(cls)
         # The master's dispatcher may have seen acknowledgements newer than our checkpoint (we
         # crashed after them): consumption restarts from what the checkpoint holds.
-        client = DispatcherClient(location, token, grace_s=grace_s)
-        try:
-            client.rewind(dict(state["progress"]) if state else {})
-        finally:
-            client.close()
+        if rewind is not None:
+            client = DispatcherClient(location, token, grace_s=grace_s)
+            try:
+                client.rewind(dict(rewind))
+            finally:
+                client.close()
         feed.name = name
         feed.server = None
         feed.executors = []
@@ -170,6 +177,7 @@ class FileFeed:
             open_graph=open_graph,
             grace_s=grace_s,
             shuffle=shuffle,
+            claim=claim,
         )
         return feed
 
@@ -185,6 +193,7 @@ class FileFeed:
         open_graph: bool = False,
         grace_s: float = 0.0,
         shuffle: tuple[int, int] | None = None,
+        claim: bool = False,
     ) -> None:
         progress = dict(state["progress"]) if state else None
         self.location = location
@@ -198,8 +207,12 @@ class FileFeed:
             credits=8,
             grace_s=grace_s,
             stop_when_idle=open_graph,
+            claim=claim,
         )
-        self._it: Iterator[TensorBatch] = iter(self.loader)
+        # Trainers sharing the data service step on without rows rather than wait for them: the
+        # rows may sit in another trainer's stream until that trainer steps, with us.
+        self._pause_s = SHARED_PAUSE_S if claim else None
+        self._it: Iterator[TensorBatch | None] = self.loader.batches(self._pause_s)
         self._retry_at = 0.0
         self._hold = _hold(shuffle, state)
         self._done = False
@@ -215,7 +228,7 @@ class FileFeed:
             if self.loader.idle:  # an open graph with nothing left for now: look again shortly
                 if time.monotonic() < self._retry_at:
                     break
-                self._it = iter(self.loader)
+                self._it = self.loader.batches(self._pause_s)
             try:
                 batch = next(self._it)
             except StopIteration:
@@ -224,7 +237,11 @@ class FileFeed:
                     break
                 self._done = True
                 break
+            if batch is None:  # nothing for now (a trainer of several): this step goes on without
+                break
             self._hold.put(batch)
+        if self.loader.claim:
+            self.loader.acknowledge()  # the others may wait on what we hold (an ordered graph)
         return len(self._hold)
 
     def take(self, rows: int) -> list[TensorBatch]:

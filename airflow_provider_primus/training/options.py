@@ -13,9 +13,12 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["COMMAND", "TrainerExecutorOptions"]
+__all__ = ["COMMAND", "EXIT_REGROUP", "TrainerExecutorOptions"]
 
 COMMAND = "train"
+# A job's trainer that stopped at a checkpoint because its master regroups the trainers (another
+# count): not a failure and not the end of training; the master starts the next group.
+EXIT_REGROUP = 75
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,13 @@ class TrainerExecutorOptions:
     executor_name: str = "trainer-0"
     open_graph: bool = False  # the master may still append windows
     grace_s: float = 0.0  # how long to wait for a restarting master
+    # Data parallelism in a job: this trainer's rank among ``trainers``, the group's generation (one
+    # per start of the group, so a trainer of a superseded group cannot join the new one) and the
+    # address the leader's rendezvous store listens on.
+    trainers: int = 1
+    rank: int = 0
+    generation: int = 0
+    host: str = "127.0.0.1"
 
     def argv(self) -> list[str]:
         """The ``primus`` arguments that start this trainer (after the interpreter and module)."""
@@ -50,6 +60,9 @@ class TrainerExecutorOptions:
             if on:
                 args.append(flag)
         args += ["--executor-name", self.executor_name, "--grace-s", str(self.grace_s)]
+        if self.trainers != 1 or self.rank or self.generation:
+            args += ["--trainers", str(self.trainers), "--rank", str(self.rank)]
+            args += ["--generation", str(self.generation), "--host", self.host]
         if self.passthrough:
             args += ["--passthrough", *self.passthrough]
         return args
@@ -84,6 +97,14 @@ class TrainerExecutorOptions:
         parser.add_argument("--executor-name", default=defaults.executor_name, help=argparse.SUPPRESS)
         parser.add_argument("--open-graph", action="store_true", help=argparse.SUPPRESS)
         parser.add_argument("--grace-s", type=float, default=defaults.grace_s, help=argparse.SUPPRESS)
+        parser.add_argument(
+            "--trainers",
+            type=int,
+            help="data-parallel trainer processes (overrides the training spec); rank 0 prints the result",
+        )
+        parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)  # set by the launcher or master
+        parser.add_argument("--generation", type=int, default=defaults.generation, help=argparse.SUPPRESS)
+        parser.add_argument("--host", default=defaults.host, help=argparse.SUPPRESS)
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> TrainerExecutorOptions:
@@ -100,4 +121,8 @@ class TrainerExecutorOptions:
             executor_name=args.executor_name,
             open_graph=args.open_graph,
             grace_s=args.grace_s,
+            trainers=args.trainers or 1,
+            rank=args.rank or 0,
+            generation=args.generation,
+            host=args.host,
         )

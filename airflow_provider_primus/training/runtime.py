@@ -58,6 +58,7 @@ from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
 from airflow_provider_primus.training.mixer import MixPolicy, policy_for
 from airflow_provider_primus.training.object_checkpoints import checkpoint_store_for, publisher_for
 from airflow_provider_primus.training.optim import Optimizers
+from airflow_provider_primus.training.regroup import cut_progress, regroup
 from airflow_provider_primus.training.replay import is_replay
 from airflow_provider_primus.training.reporter import JobReporter
 from airflow_provider_primus.training.savepoints import Savepoints
@@ -94,6 +95,10 @@ class TrainOptions:
     rank: int = 0  # data parallelism: this trainer's rank among world_size (see distributed.py)
     world_size: int = 1
     dist_init: str | None = None  # tcp://127.0.0.1:PORT, the rendezvous when world_size > 1
+    # A job's trainers meet through their master instead: the group's generation, and the address
+    # the leader's rendezvous store listens on (loopback locally, the pod's IP in a cluster).
+    generation: int = 0
+    host: str = "127.0.0.1"
     # As a job's trainer executor: the master's data service instead of one of our own, telemetry
     # and commands through it, and the allotment the backend gives us.
     dispatcher: str | None = None
@@ -138,9 +143,15 @@ class Trainer:
         if options.dispatcher is not None:
             client = DispatcherClient(options.dispatcher, options.token or "", grace_s=options.grace_s)
             self.reporter = JobReporter(client, options.executor_name).start()
-        self.group = Group(
-            options.rank, options.world_size, options.dist_init, process_group_backend(self.device.type)
-        )
+        if self.reporter is not None and options.world_size > 1 and options.dist_init is None:
+            self.group = self._meet(self.reporter.client)
+        else:
+            self.group = Group(
+                options.rank,
+                options.world_size,
+                options.dist_init,
+                backend=process_group_backend(self.device.type),
+            )
         # Sparse Adagrad builds COO gradients torch cannot cheaply validate; we opt out explicitly
         # (the default) rather than let every step warn about it.
         torch.sparse.check_sparse_tensor_invariants.disable()  # type: ignore[no-untyped-call]
@@ -188,6 +199,9 @@ class Trainer:
         self.feeds: dict[str, Feed] = {}
         self._mixer_state: dict[str, Any] | None = None  # from a checkpoint, applied once feeds exist
         self._data_spec_path: Path | None = options.spec_path
+        # Where the data service resumes (the union of every trainer's files progress in the
+        # checkpoint): the leader rewinds it there before any trainer reads.
+        self._cut: dict[str, Any] = {}
         self._closed = False
         self.savepoints = Savepoints(self.reporter)
         self.weights = SourceWeights(
@@ -209,6 +223,30 @@ class Trainer:
 
     def _clock_ms(self) -> int:
         return self.clock.now_ms(self.metrics.watermark_ms)
+
+    def _meet(self, client: DispatcherClient) -> Group:
+        """Form the job's trainer group through the master's data service (see ``Group.meet``)."""
+        gen = self.options.generation
+
+        def lookup() -> str | None:
+            answer = client.rendezvous(gen)
+            newest = answer.get("newest")
+            if newest is not None and int(newest) > gen:
+                raise RuntimeError(f"trainer group {gen} was superseded by group {newest}")
+            address: str | None = answer.get("address")
+            return address
+
+        def publish(address: str) -> None:
+            client.rendezvous(gen, address)
+
+        return Group.meet(
+            self.options.rank,
+            self.options.world_size,
+            host=self.options.host,
+            publish=publish,
+            lookup=lookup,
+            backend=process_group_backend(self.device.type),
+        )
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -242,21 +280,25 @@ class Trainer:
         if found is None:
             return {}
         step, state = found
-        ranks = state["ranks"]
-        if len(ranks) != self.group.world:
+        written = len(state["ranks"])
+        if written != self.group.world and self.options.dispatcher is None:
             raise RuntimeError(
-                f"the checkpoint at step {step} was written by {len(ranks)} trainer(s); resume it with "
-                f"as many (this job has {self.group.world})"
+                f"the checkpoint at step {step} was written by {written} trainer(s); resume it with "
+                f"as many (this run has {self.group.world}; a job's trainers regroup at a checkpoint)"
             )
+        ranks = regroup(state["ranks"], self.group.world)
         mine = ranks[self.group.rank]
         self.step = step
         load_model_state(self.model, self.optim, state, self.checkpoints, step)  # re-shards row-wise tables
-        self.scores.load_state_dict(mine["scores"])
-        self.freshness.load_state_dict(mine["freshness"])
-        self.metrics.load_state_dict(mine["metrics"])
+        if mine.get("scores") is not None:  # absent: a rank the group did not have before
+            self.scores.load_state_dict(mine["scores"])
+            self.freshness.load_state_dict(mine["freshness"])
+            self.metrics.load_state_dict(mine["metrics"])
         self.clock.load_state_dict(mine.get("clock"))  # absent: written before ``clock: auto``
         self._mixer_state = mine["mixer"]
-        log.info("resumed from checkpoint at step %d", step)
+        names = {n for r in ranks for n, f in r["feeds"].items() if f is not None and "progress" in f}
+        self._cut = {n: cut_progress(r["feeds"].get(n) for r in ranks) for n in names}
+        log.info("resumed from checkpoint at step %d (written by %d trainer(s))", step, written)
         return dict(mine["feeds"])
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -313,10 +355,17 @@ class Trainer:
                 if agreed.active == 0:
                     break
                 if agreed.rows == 0:
+                    # A savepoint of several trainers, or a regroup, while no rows come.
+                    if agreed.checkpoint_due and (self.group.world > 1 or agreed.stop):
+                        self._checkpoint(policy)
+                    if agreed.stop:
+                        return self._regrouped(elapsed_before, started)
                     self._idle(step, policy)
                     continue
                 self._take_step(step, agreed, policy)
                 self._after_step(step, agreed, policy, timers)
+                if agreed.stop:
+                    return self._regrouped(elapsed_before, started)
             self.metrics.elapsed_s = elapsed_before + (time.monotonic() - started)
             return self._finish(policy)
         finally:
@@ -339,6 +388,7 @@ class Trainer:
                 states=states,
                 spec_path=self._spec_path,
                 on_event=self._job_event,
+                cut=self._cut,
             )
             if self.mode == "mixed":
                 open_replay(
@@ -350,6 +400,8 @@ class Trainer:
                     group=self.group,
                     states=states,
                 )
+            if self.group.world > 1 and self.options.dispatcher is not None:
+                self.group.barrier()  # the leader has rewound the shared data service: read now
         streams = {name: feed.stream for name, feed in self.feeds.items()}
         scored_only = [name for name in self.feeds if not self.weights.trains_on(name)]
         replays = [name for name in self.feeds if is_replay(name)]
@@ -400,11 +452,14 @@ class Trainer:
         publish_due = (pub.every_steps and next_step % pub.every_steps == 0) or (
             pub.every_s and step.now - timers.publish >= pub.every_s
         )
+        # With several trainers a savepoint is a checkpoint of all of them: it joins the agreement.
+        savepoint = self.group.world > 1 and bool(self.savepoints.waiting)
         mine = StepControl.of(
             step,
             self.weights,
-            checkpoint_due=bool(checkpoint_due) and self.group.leader,
+            checkpoint_due=(bool(checkpoint_due) and self.group.leader) or savepoint,
             publish_due=bool(publish_due) and self.group.leader,
+            stop=self.savepoints.regroup,
         )
         return StepControl.from_vector(self.group.sum(mine.to_vector()))
 
@@ -412,10 +467,15 @@ class Trainer:
         """No trainer has rows this step: a finished pass found out just now goes round once more to
         agree and stop; a followed stream (or an open graph) is waited for; anything else is an error."""
         stream = self._stream_feed()
-        if not self.options.follow:
+        # Trainers sharing a job's data service can all be without rows for a moment (the rows are
+        # still being read, or wait behind an ordered graph's barrier): they wait together.
+        shared = self.group.world > 1 and self.options.dispatcher is not None
+        if not self.options.follow and not shared:
             if all(f.exhausted() for f in self.feeds.values()):
                 return  # found out just now (a resumed, finished pass): agree and stop
             raise RuntimeError(f"no source can supply rows (active: {step.active})")
+        if shared and all(f.exhausted() for f in self.feeds.values()):
+            return
         if stream is not None and stream.gate_ms is not None and stream.source.buffered() > 0:
             # The replay holds back stream records the history cannot reach now (an open graph
             # waiting for its next window): under ``auto`` the data is live.
@@ -423,7 +483,7 @@ class Trainer:
         with self._waiting():
             if stream is not None:
                 stream.source.wait(0.5)  # an idle stream while following: wait for events
-            else:
+            elif not shared:  # (a shared data service's feeds waited for rows already)
                 time.sleep(0.2)  # an open graph waiting for its next window
         self._between_steps(policy)
         metrics = self.reporter.extra.get("metrics") if self.reporter is not None else None
@@ -501,6 +561,15 @@ class Trainer:
             self.reporter.extra["final"] = True
         return result
 
+    def _regrouped(self, elapsed_before: float, started: float) -> dict[str, Any]:
+        """Stopped at the checkpoint just written, for the master to start the next group there."""
+        self.metrics.elapsed_s = elapsed_before + (time.monotonic() - started)
+        log.info("stopped at the checkpoint of step %d: the job's trainers regroup", self.step)
+        if self.reporter is not None:
+            self.reporter.extra["step"] = self.step
+            self.reporter.extra["regrouped"] = True
+        return {"regrouped": True, "steps": self.step}
+
     def _waiting(self) -> contextlib.AbstractContextManager[None]:
         return self.reporter.waiting() if self.reporter is not None else contextlib.nullcontext()
 
@@ -516,7 +585,8 @@ class Trainer:
         if self.reporter is None:
             return
         self.savepoints.take()
-        if self.savepoints.waiting:  # one checkpoint for all of them, however many arrived
+        # One checkpoint for all of them, however many arrived; several trainers agree on it first.
+        if self.savepoints.waiting and self.group.world == 1:
             self._checkpoint(policy)
             self.reporter.report()
 

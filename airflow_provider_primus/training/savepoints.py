@@ -1,4 +1,5 @@
-"""Savepoints the master asks a job's trainer for, and their acknowledgement.
+"""Savepoints the master asks a job's trainer for, and their acknowledgement (and its request to
+stop at a checkpoint so that the trainers regroup).
 
 A savepoint is answered by the next durable checkpoint, which covers every savepoint waiting when it
 is written: one checkpoint for a burst, however many ids arrived. Acknowledgements are reported
@@ -25,6 +26,8 @@ class Savepoints:
         # Ids not yet covered by a checkpoint, and the recent ones that are, grouped by checkpoint.
         self.waiting: dict[str, None] = {}
         self.done: list[dict[str, Any]] = []
+        # The master regroups the trainers (another count): stop at the next checkpoint.
+        self.regroup = False
 
     def take(self) -> None:
         """Savepoint ids from the master join the waiting set; one already covered is answered by
@@ -34,7 +37,9 @@ class Savepoints:
         covered = {i for group in self.done for i in group["ids"]}
         while not self.reporter.commands.empty():
             command = self.reporter.commands.get_nowait()
-            if command.get("type") == "savepoint" and command.get("id") is not None:
+            if command.get("type") == "regroup":
+                self.regroup = True
+            elif command.get("type") == "savepoint" and command.get("id") is not None:
                 sp = str(command["id"])
                 if sp not in covered:
                     self.waiting[sp] = None

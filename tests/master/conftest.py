@@ -133,3 +133,20 @@ def _stop_everything(store: SqliteJobStore) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGCONT)
                 os.killpg(pid, signal.SIGKILL)
+
+
+def trace_rows_of_group(home: Path, name: str = "job") -> list[int]:
+    """Every row the model of a job with several trainers (or a changing count) holds: each
+    trainer's trace (``trace.jsonl`` of a lone trainer, ``trace.jsonl.rank{r}`` of a group) read as
+    ``JobWorld.trace_rows`` reads one, the last record of each step being the one the model kept."""
+    rows: list[int] = []
+    for path in sorted((home / "jobs" / name).glob("trace.jsonl*")):
+        steps: dict[int, list[int]] = {}
+        for line in path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # the torn last line of a killed trainer
+            steps[entry["step"]] = [row[3] for row in entry["rows"]]
+        rows += [r for step in sorted(steps) for r in steps[step]]
+    return rows

@@ -177,7 +177,6 @@ def test_a_files_source_without_a_window_needs_follow(specs: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "path", "words"),
     [
-        ({"roles": {"trainer": {"replicas": {"min": 2}}}}, "spec.roles.trainer.replicas", "one trainer"),
         ({"roles": {"evaluator": {}}}, "spec.roles.evaluator", "not supported yet"),
         ({"backend": {"type": "kubernetes"}}, "spec.backend.type", "submitted to the local job store"),
     ],
@@ -197,7 +196,6 @@ def test_every_submission_problem_is_reported_at_once(specs: Path) -> None:
     found = refused(job_document(data="two.yaml", training="training.yaml", **spec), specs)
     assert set(found) == {
         "spec.data",
-        "spec.roles.trainer.replicas",
         "spec.roles.evaluator",
         "spec.backend.type",
     }

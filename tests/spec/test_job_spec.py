@@ -292,19 +292,15 @@ def test_bounds_that_exclude_the_requested_value_are_named(res: Doc, path: str, 
     assert only_issue(job(**resources(**res))) == (f"spec.roles.data.resources.{path}", message)
 
 
-@pytest.mark.parametrize(
-    "replicas", [{"min": 1, "max": 2}, {"min": 2, "initial": 3}, {"min": 0}, {"min": 2, "max": 4}]
-)
-def test_trainer_replicas_must_be_fixed(replicas: Doc) -> None:
-    path, message = only_issue(job(roles={"trainer": {"replicas": replicas}}))
-    assert path == "spec.roles.trainer.replicas"
-    assert "fixed world" in message and "scale trainers vertically" in message
+def test_a_job_needs_a_trainer() -> None:
+    path, message = only_issue(job(roles={"trainer": {"replicas": {"min": 0}}}))
+    assert path == "spec.roles.trainer.replicas.min"
+    assert "at least 1 trainer" in message
 
 
-def test_fixed_trainer_replicas_pass_the_contract() -> None:
-    # More than one trainer is a valid document; the local backend refuses it at submission.
-    spec = validate_job_spec(job(roles={"trainer": {"replicas": {"min": 2, "initial": 2, "max": 2}}})).spec
-    assert spec.roles.trainer.replicas.top == 2
+def test_trainer_replicas_may_range_for_elastic_regrouping() -> None:
+    spec = validate_job_spec(job(roles={"trainer": {"replicas": {"min": 1, "initial": 2, "max": 4}}})).spec
+    assert (spec.roles.trainer.replicas.start, spec.roles.trainer.replicas.top) == (2, 4)
 
 
 def test_a_scaling_action_typo_is_named_with_a_suggestion() -> None:

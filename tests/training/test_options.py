@@ -26,6 +26,10 @@ def test_every_option_survives_the_command_line() -> None:
         executor_name="trainer-0.2",
         open_graph=True,
         grace_s=60.0,
+        trainers=3,
+        rank=2,
+        generation=4,
+        host="10.0.0.7",
     )
     assert _round_trip(options) == options
 

@@ -17,6 +17,10 @@ Model (after a reconcile loop: one owner of the state, every call idempotent):
 * An idle executor with nothing to lease splits the largest remaining range of a straggler: the
   straggler learns its shorter end at its next heartbeat.
 * With time-ordering barriers, an item is leased only when every group before its group is done.
+* With several consumers (data-parallel trainers sharing the data executors), a consumer **claims**
+  the rows of each batch it receives before training on them: the first claim of a row wins, so a
+  row re-sent after a restart (an executor's stale read-ahead, a re-leased range) reaches one trainer
+  only. Claims start from the acknowledged rows and restart from them with every rewind.
 
 Rows of a task are deterministic (same files, same order), so a row re-read by another executor is
 the same row: the loader drops ranges it already yielded, which makes delivery exactly once.
@@ -119,6 +123,7 @@ class Dispatcher:
         self._before: dict[str, list[str]] = {}
         self._after: dict[str, list[str]] = {}
         self._progress = {t: list(r) for t, r in (progress or {}).items()}
+        self.claimed: dict[str, IntervalSet] = {}  # task -> rows some consumer holds (see claim)
         self._add(tasks, edges)
 
     def _add(self, tasks: Iterable[Task], edges: Iterable[tuple[str, str]]) -> int:
@@ -132,6 +137,7 @@ class Dispatcher:
                 continue  # task IDs are content-derived: the same window appended twice adds nothing
             self.tasks[task.task_id] = task
             self.acked[task.task_id] = IntervalSet(self._progress.get(task.task_id, ()))
+            self.claimed[task.task_id] = IntervalSet(self._progress.get(task.task_id, ()))
             if task.rows is not None:
                 self.total_rows[task.task_id] = task.rows
             self._group_open[task.group] = self._group_open.get(task.group, 0) + 1
@@ -392,9 +398,23 @@ class Dispatcher:
             acked = self.acked.get(task_id)
             if acked is None:
                 return
+            claimed = self.claimed[task_id]
             for a, b in ranges:
                 acked.add(a, b)
+                claimed.add(a, b)
             self._check_task_done(task_id)
+
+    def claim(self, task_id: str, ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The parts of ``ranges`` no consumer claimed before, now this caller's: the rows it may
+        train. A row is claimed once, whichever executor sent it and however often."""
+        with self._lock:
+            claimed = self.claimed.get(task_id)
+            if claimed is None:
+                return []
+            granted = [g for a, b in ranges for g in claimed.missing(a, b)]
+            for a, b in granted:
+                claimed.add(a, b)
+            return granted
 
     # --- views -----------------------------------------------------------------------------------
 

@@ -38,6 +38,9 @@ class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
         self._reports_lock = threading.Lock()
         self.reports: dict[str, tuple[float, dict[str, Any]]] = {}
         self.commands: dict[str, list[dict[str, Any]]] = {}
+        # Data-parallel trainers' rendezvous: the group's leader publishes where its TCPStore
+        # listens for its generation (one per start of the group); the others look it up.
+        self.rendezvous: dict[int, str] = {}
 
     def send_command(self, executor: str, command: dict[str, Any]) -> None:
         with self._reports_lock:
@@ -71,6 +74,8 @@ class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
                 "status",
                 "report",
                 "rewind",
+                "claim",
+                "rendezvous",
             )
         ]
 
@@ -109,6 +114,15 @@ class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
             progress = {t: [tuple(r) for r in ranges] for t, ranges in body["progress"].items()}
             self.dispatcher = d.rewound(progress)
             result = True
+        elif kind == "claim":
+            result = {t: d.claim(t, [tuple(r) for r in rs]) for t, rs in body["claims"].items()}
+        elif kind == "rendezvous":
+            gen = int(body["generation"])
+            with self._reports_lock:
+                if body.get("address"):
+                    self.rendezvous = {g: a for g, a in self.rendezvous.items() if g > gen - 2}
+                    self.rendezvous[gen] = str(body["address"])
+                result = {"address": self.rendezvous.get(gen), "newest": max(self.rendezvous, default=None)}
         elif kind == "report":
             with self._reports_lock:
                 self.reports[body["executor"]] = (time.monotonic(), dict(body.get("metrics") or {}))
@@ -203,6 +217,16 @@ class DispatcherClient:
     def rewind(self, progress: dict[str, list[tuple[int, int]]]) -> None:
         """Reset consumption to a trainer's checkpointed progress (its restart after a crash)."""
         self._call("rewind", {"progress": progress})
+
+    def claim(self, claims: dict[str, list[tuple[int, int]]]) -> dict[str, list[tuple[int, int]]]:
+        """Per task, the rows of ``claims`` that are now this consumer's (see ``Dispatcher.claim``)."""
+        result = self._call("claim", {"claims": claims})
+        return {t: [(int(a), int(b)) for a, b in rs] for t, rs in result.items()}
+
+    def rendezvous(self, generation: int, address: str | None = None) -> dict[str, Any]:
+        """Publish (``address``) or look up where the trainer group of ``generation`` meets."""
+        result: dict[str, Any] = self._call("rendezvous", {"generation": generation, "address": address})
+        return result
 
     def finished(self) -> dict[str, bool]:
         result: dict[str, bool] = self._call("finished", {})

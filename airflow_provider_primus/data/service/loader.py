@@ -6,8 +6,10 @@ sent it), conversion to torch tensors without per-row Python, and exact progress
 ``progress()`` once handed to the trainer, and is acknowledged to the dispatcher when the trainer
 asks for the next one (or stops iterating).
 Rows already consumed (re-sent after an executor died) are sliced away before they reach the
-trainer, so each planned row is yielded exactly once per pass. ``progress()`` is what a checkpoint
-stores; passing it back as ``progress=`` resumes with nothing lost or repeated.
+trainer, so each planned row is yielded exactly once per pass. Several loaders sharing one data
+service (data-parallel trainers) ``claim`` each batch's rows at the dispatcher first: a row another
+trainer claimed is left to it, so across trainers too each row is trained once. ``progress()`` is
+what a checkpoint stores; passing it back as ``progress=`` resumes with nothing lost or repeated.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -117,10 +119,12 @@ class PrimusDataLoader:
         stop_when_idle: bool = False,
         batch_rows: int | None = None,
         ca: JobCa | None = None,
+        claim: bool = False,
     ) -> None:
         """``ca``: the job's CA, for servers on ``grpc+tls://`` (default: ``$PRIMUS_TLS_DIR``'s)."""
         self._token = token
         self._ca = ca
+        self.claim = claim
         self._dispatcher = DispatcherClient(dispatcher, token, grace_s=grace_s, ca=ca)
         # With an open graph (windows appended to a running job) an iteration ends when every task
         # known so far is consumed; ``idle`` then tells the caller to come back later, not that the
@@ -176,6 +180,18 @@ class PrimusDataLoader:
                 self._refused[key] = now
 
     def __iter__(self) -> Iterator[TensorBatch]:
+        return cast(Iterator[TensorBatch], self.batches())
+
+    def acknowledge(self) -> None:
+        """Acknowledge what was handed over now, without asking for the next batch (a trainer that
+        holds rows while others wait on its acknowledgement: an ordered graph's barrier)."""
+        self._settle()
+        self._flush_acks()
+
+    def batches(self, pause_s: float | None = None) -> Iterator[TensorBatch | None]:
+        """The batches; with ``pause_s``, None each time no batch came for that long, so that a
+        trainer of several can step on without rows (the rows may be held by another trainer's
+        stream until that trainer steps: waiting here for them could wait for ever)."""
         last_ack = time.monotonic()
         last_progress = time.monotonic()
         last_discovery = time.monotonic()
@@ -203,6 +219,8 @@ class PrimusDataLoader:
                     try:
                         conn, meta, data = self._queue.get(timeout=self.poll_s)
                     except queue.Empty:
+                        if pause_s is not None and time.monotonic() - last_progress >= pause_s:
+                            yield None
                         if time.monotonic() - last_discovery >= self.poll_s:
                             status = self._dispatcher.status()
                             self._connect_new(status)
@@ -229,6 +247,8 @@ class PrimusDataLoader:
                     # unacknowledged, their task would never complete and the pass never end.
                     self.duplicates_dropped += seen
                     self._unacked.setdefault(task, []).extend(consumed.present(start, start + data.num_rows))
+                if self.claim and fresh:
+                    fresh = self._dispatcher.claim({task: fresh}).get(task, [])
                 if self.batch_rows is not None:
                     step = self.batch_rows
                     fresh = [(lo, min(lo + step, b)) for a, b in fresh for lo in range(a, b, step)]

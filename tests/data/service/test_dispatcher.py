@@ -184,3 +184,15 @@ def test_many_tasks_with_barriers_all_complete_in_order() -> None:
         d.release("e1", lease.item_id)
         d.ack(lease.task.task_id, [(0, 10)])
     assert len(seen) == 20_000 and seen == sorted(seen)
+
+
+def test_a_row_is_claimed_once_whoever_received_it_and_claims_restart_from_a_rewind() -> None:
+    d, _ = make(task("a"))
+    d.ack("a", [(0, 10)])
+    assert d.claim("a", [(0, 40)]) == [(10, 40)]  # acknowledged rows are no one's to train again
+    assert d.claim("a", [(20, 60)]) == [(40, 60)]  # a re-sent range: only its unclaimed part
+    assert d.claim("a", [(60, 100)]) == [(60, 100)]
+    assert d.claim("a", [(0, 100)]) == []
+    assert d.claim("unknown", [(0, 5)]) == []
+    fresh = d.rewound({"a": [(0, 30)]})  # a checkpoint's cut: the rest is to be trained again
+    assert fresh.claim("a", [(0, 100)]) == [(30, 100)]

@@ -10,8 +10,9 @@ in collectives (``Group.comm_s``: the time in all-reduce and friends, including 
 slower trainer). On a machine with fewer free cores than trainers, the two share the cores, and
 rows_per_s_2 / rows_per_s_1 says so honestly.
 
-The peak memory fields of sharded embedding tables (``peak_rss_*``) belong to row-wise sharding and are
-not measured here.
+Then the memory side: ``peak_rss_replicated_mb`` and ``peak_rss_row_wise_mb`` per trainer for two
+trainers with two tables of TABLE_ROWS rows, from ``bench sharding`` (row-wise: about 1/N of the
+tables plus the dense part).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from airflow_provider_primus.bench import sharding
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.process import primus_command, tied_to_launcher
 from airflow_provider_primus.spec.data import PrimusData, validate_data_spec
@@ -207,7 +209,12 @@ def _group(world: int, *, rows: int, batch_size: int, seed: int, workdir: Path) 
     return results
 
 
-def run(*, rows: int, batch_size: int, seed: int = 7, workdir: Path | None = None) -> dict[str, Any]:
+def run(
+    *, rows: int, batch_size: int, seed: int = 7, workdir: Path | None = None, table_rows: int = 400_000
+) -> dict[str, Any]:
+    """Data parallelism's figures, then (``table_rows`` > 0) the memory side of model parallelism:
+    the sharding benchmark's peak RSS per trainer with two tables of ``table_rows`` rows replicated
+    and row-wise (``bench/sharding.py``), so the issue's one line holds both."""
     root = Path(tempfile.mkdtemp(prefix="primus-bench-train-scale-", dir=workdir))
     one = _train(
         rank=0, world=1, init=None, rows=rows, batch_size=batch_size, seed=seed, workdir=root / "one"
@@ -216,7 +223,7 @@ def run(*, rows: int, batch_size: int, seed: int = 7, workdir: Path | None = Non
     rows_1 = one["rows"] / one["seconds"]
     # Two trainers step together: the group's rows over the slower one's time.
     rows_2 = sum(t["rows"] for t in two) / max(t["seconds"] for t in two)
-    return {
+    figures: dict[str, Any] = {
         "rows": rows,
         "batch_size": batch_size,
         "cores": os.cpu_count(),
@@ -228,3 +235,12 @@ def run(*, rows: int, batch_size: int, seed: int = 7, workdir: Path | None = Non
         "steps_1": one["steps"],
         "steps_2": two[0]["steps"],
     }
+    if table_rows > 0:
+        memory = sharding.run(rows=(table_rows, table_rows), trainers=2)
+        figures.update(
+            {
+                key: memory[key]
+                for key in ("peak_rss_replicated_mb", "peak_rss_row_wise_mb", "tables_mb", "dense_mb")
+            }
+        )
+    return figures

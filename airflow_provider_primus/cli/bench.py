@@ -109,6 +109,12 @@ def register(sub: Any) -> None:
     ts.add_argument("--batch-size", type=count_of("rows"), default=2048, help="rows per trainer step")
     ts.add_argument("--seed", type=int, default=7)
     ts.add_argument("--workdir", type=Path, help="where the runs write (default: system temp)")
+    ts.add_argument(
+        "--table-rows",
+        type=int,
+        default=400_000,
+        help="rows per embedding table of the replicated vs row-wise memory run (0 skips it)",
+    )
     # Set for each of the two trainer processes the benchmark starts.
     ts.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ts.add_argument("--world", type=int, default=2, help=argparse.SUPPRESS)
@@ -178,7 +184,7 @@ def register(sub: Any) -> None:
     f.add_argument("--workdir", type=Path, help="where trials build their worlds (default: system temp)")
     f.set_defaults(handler=run_faults)
     s = _register_sharding(bsub)
-    for each in (p, d, h, a, k, f, s):
+    for each in (p, d, h, a, k, f, s, ts):
         each.add_argument("--json", action="store_true", help="only the JSON line: no progress on a terminal")
 
 
@@ -320,8 +326,9 @@ def run_train_scale(args: argparse.Namespace) -> int:
     if args.rank is not None:
         worker(rank=args.rank, world=args.world, init=args.dist_init, workdir=args.workdir, **sizes)
         return 0
-    print(json.dumps(run(workdir=args.workdir, **sizes)))
-    return 0
+    if args.table_rows < 0:
+        raise SystemExit("primus bench train-scale: --table-rows must be 0 (skip) or more")
+    return _report(args, lambda: run(workdir=args.workdir, table_rows=args.table_rows, **sizes))
 
 
 def run_hybrid(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from airflow_provider_primus.data.service.auth import advertised_host
 from airflow_provider_primus.master.metrics import CONTENT_TYPE
 from airflow_provider_primus.master.store import JobStore, modify
 from airflow_provider_primus.spec.base import UtcDatetime
@@ -181,7 +182,9 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        # Bound to every interface (a pod): the pod's IP, which clients can dial.
+        advertised = advertised_host(self.host)
+        host = f"[{advertised}]" if ":" in advertised else advertised
         return f"http://{host}:{self.port}"
 
     def _serve(self) -> None:

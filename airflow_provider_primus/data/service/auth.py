@@ -18,11 +18,16 @@ from pyarrow import flight
 ADVERTISE_ENV = "PRIMUS_ADVERTISE_HOST"
 
 
+def advertised_host(host: str) -> str:
+    """The address peers dial for a server bound to ``host``."""
+    if host in ("0.0.0.0", "::", "") and os.environ.get(ADVERTISE_ENV):
+        return os.environ[ADVERTISE_ENV]
+    return host
+
+
 def advertised(host: str, port: int) -> str:
     """The location peers dial for a server bound to ``host``."""
-    if host in ("0.0.0.0", "::", "") and os.environ.get(ADVERTISE_ENV):
-        host = os.environ[ADVERTISE_ENV]
-    return f"grpc://{host}:{port}"
+    return f"grpc://{advertised_host(host)}:{port}"
 
 
 HEADER = "authorization"

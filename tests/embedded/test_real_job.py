@@ -24,6 +24,7 @@ import yaml
 
 from airflow_provider_primus.embedded.kafka.broker import EmbeddedKafka
 from airflow_provider_primus.embedded.kafka.distribution import KafkaDistribution
+from airflow_provider_primus.embedded.kube.access import ADMIN
 from airflow_provider_primus.embedded.kube.local import LocalCluster
 from airflow_provider_primus.embedded.kube.project_image import DATA, TRAINER, ProjectImage
 from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resource_path
@@ -61,7 +62,12 @@ class PodJobWorld:
     topic: str
     images: dict[str, str]
     name: str = "job"
-    history_rows: int = HOURS * PER_HOUR
+    hours: int = HOURS
+
+    @property
+    def history_rows(self) -> int:
+        return self.hours * PER_HOUR
+
     stream_ids: list[int] = field(default_factory=list)
 
     @property
@@ -74,7 +80,7 @@ class PodJobWorld:
             "kind": "PrimusData",
             "metadata": {"name": "hybrid"},
             "spec": {
-                "window": {"start": T0.isoformat(), "end": (T0 + timedelta(hours=HOURS)).isoformat()},
+                "window": {"start": T0.isoformat(), "end": (T0 + timedelta(hours=self.hours)).isoformat()},
                 "planning": {"target_rows_per_task": 2000, "min_rows_per_task": 1000},
                 "sources": [
                     {
@@ -230,7 +236,7 @@ class PodJobWorld:
     def produce_stream(self, rows: int, seed: int) -> None:
         from airflow_provider_primus.data.sources.kafka import produce
 
-        table = events(self.history_rows + len(self.stream_ids), rows, T0 + timedelta(hours=HOURS), seed)
+        table = events(self.history_rows + len(self.stream_ids), rows, T0 + timedelta(hours=self.hours), seed)
         produce(self.bootstrap, self.topic, to_json(table))
         self.stream_ids += table.column("row_id").to_pylist()
 
@@ -241,7 +247,7 @@ def _own(path: Path) -> None:
 
 
 def make_world(api: KubeApi, root: Path, bootstrap: str, pod_bootstrap: str,
-               images: dict[str, str]) -> PodJobWorld:  # fmt: skip
+               images: dict[str, str], *, hours: int = HOURS) -> PodJobWorld:  # fmt: skip
     """The namespace (CRD, RBAC), the volume (a hostPath PersistentVolume bound to the job's claim by
     kube-controller-manager), the history on it, a ConfigMap to mount, a topic with records."""
     from kafka.admin import KafkaAdminClient, NewTopic
@@ -256,7 +262,7 @@ def make_world(api: KubeApi, root: Path, bootstrap: str, pod_bootstrap: str,
     for sub in ("", "home", "store"):
         (volume / sub).mkdir(parents=True, exist_ok=True)
         _own(volume / sub)
-    for h in range(HOURS):
+    for h in range(hours):
         t = T0 + timedelta(hours=h)
         part = volume / "store" / t.strftime("%Y-%m-%d") / t.strftime("%H")
         part.mkdir(parents=True)
@@ -283,7 +289,7 @@ def make_world(api: KubeApi, root: Path, bootstrap: str, pod_bootstrap: str,
         admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
     finally:
         admin.close()
-    world = PodJobWorld(api, namespace, volume, docs, bootstrap, pod_bootstrap, topic, images)
+    world = PodJobWorld(api, namespace, volume, docs, bootstrap, pod_bootstrap, topic, images, hours=hours)
     claim = resource_path("v1", "persistentvolumeclaims", namespace, "primus-work")
     deadline = time.monotonic() + 60
     while api.get(claim).get("status", {}).get("phase") != "Bound":
@@ -356,20 +362,62 @@ def pod_kafka(kafka_dist: KafkaDistribution, real_cluster: LocalCluster, session
 
 
 @pytest.fixture
-def world(real_cluster: LocalCluster, node_images: dict[str, str], pod_kafka: EmbeddedKafka, tmp_path: Path,
-          monkeypatch: pytest.MonkeyPatch) -> Iterator[PodJobWorld]:  # fmt: skip
+def pod_world(
+    real_cluster: LocalCluster,
+    node_images: dict[str, str],
+    pod_kafka: EmbeddedKafka,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Callable[[int], PodJobWorld]]:
+    """Makes a world of ``hours`` of history in a namespace of its own."""
     monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "primus-home"))
     assert pod_kafka.state is not None and pod_kafka.state.external_bootstrap_servers is not None
+    bootstrap, pod_bootstrap = pod_kafka.state.bootstrap_servers, pod_kafka.state.external_bootstrap_servers
     with real_cluster.cluster_state.api_client() as client:
-        yield make_world(KubeApi(client), tmp_path, pod_kafka.state.bootstrap_servers,
-                         pod_kafka.state.external_bootstrap_servers, node_images)  # fmt: skip
+        api = KubeApi(client)
+        yield lambda hours: make_world(api, tmp_path, bootstrap, pod_bootstrap, node_images, hours=hours)
 
 
 # --- the test ------------------------------------------------------------------------------------------
 
 
-def test_a_job_in_real_pods_survives_its_pods_deaths_and_trains_exactly_once(world: PodJobWorld) -> None:
-    run_fault_job(world)
+def test_a_job_in_real_pods_survives_its_pods_deaths_and_trains_exactly_once(
+    pod_world: Callable[[int], PodJobWorld],
+) -> None:
+    run_fault_job(pod_world(HOURS))
+
+
+def test_the_airflow_operator_runs_a_job_in_pods_and_the_sensor_follows_it(
+    pod_world: Callable[[int], PodJobWorld], real_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PrimusSubmitJobOperator(backend="kubernetes") through a cncf-kubernetes connection submits
+    the job and starts its master pod; it waits for the end, and PrimusJobSensor, through a
+    ``primus`` connection for that namespace, follows it to ``Succeeded``."""
+    from airflow_provider_primus.operators.job import PrimusSubmitJobOperator
+    from airflow_provider_primus.sensors.job import PrimusJobSensor
+    from tests.operators.test_job_operators import context
+
+    world = pod_world(1)
+    kubeconfig = real_cluster.cluster_state.kubeconfig(ADMIN)
+    kube_conn = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}
+    extra = {"backend": "kubernetes", "namespace": world.namespace, "kubernetes_conn_id": "primus_pods_kube"}
+    primus_conn = {"conn_type": "primus", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_PRIMUS_PODS_KUBE", json.dumps(kube_conn))
+    monkeypatch.setenv("AIRFLOW_CONN_PRIMUS_PODS", json.dumps(primus_conn))
+    world.produce_stream(200, seed=3)
+    op = PrimusSubmitJobOperator(
+        task_id="train", job=str(world.job()), name=world.name, backend="kubernetes",
+        namespace=world.namespace, kubernetes_conn_id="primus_pods_kube", deferrable=False,
+        poll_interval=1.0, report_every_s=30.0,
+    )  # fmt: skip
+    result = op.execute(context())
+    assert result["phase"] == "Succeeded", f"{result}\n{world.diagnostics()}"
+    master = world.api.get(resource_path("v1", "pods", world.namespace, f"{world.name}-master"))
+    assert master["metadata"]["ownerReferences"][0]["kind"] == "PrimusJob"  # the operator's master pod
+    sensor = PrimusJobSensor(task_id="done", job=world.name, primus_conn_id="primus_pods", poke_interval=1.0)
+    followed = sensor.execute(context())
+    assert followed["phase"] == "Succeeded" and followed["job"] == world.name
+    assert_exactly_once(world)
 
 
 def run_fault_job(world: PodJobWorld) -> None:

@@ -1,0 +1,40 @@
+"""``primus bench k8s --real`` at a tiny size: the same job on the local backend and in pods on the
+real node, one JSON line whose figures are consistent (timings are not asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_primus.cli.main import main
+from airflow_provider_primus.embedded.kube.project_image import builder_missing
+from tests.embedded.conftest import real_node_unavailable
+
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(2400)]
+
+KEYS = ("rows_per_s_local", "rows_per_s_pods", "pods_ratio", "pod_ready_p50_s", "pod_ready_p95_s",
+        "scale_out_to_serving_s", "resize_applied_s")  # fmt: skip
+
+
+def test_bench_k8s_real_prints_one_consistent_json_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reason = real_node_unavailable() or ("; ".join(builder_missing()) or None)
+    if reason:
+        pytest.skip(reason)
+    code = main(
+        ["bench", "k8s", "--real", "--hours", "1", "--rows-per-hour", "20000", "--workdir", str(tmp_path)]
+    )
+    assert code == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert set(KEYS) <= set(result)
+    assert all(result[k] > 0 for k in KEYS)
+    assert result["rows"] == 20000
+    assert result["pods_ratio"] == pytest.approx(
+        result["rows_per_s_pods"] / result["rows_per_s_local"], rel=0.01
+    )
+    assert result["pod_ready_p50_s"] <= result["pod_ready_p95_s"]
+    assert result["pods"] >= 4  # the master, two data executors, the trainer

@@ -130,12 +130,15 @@ def _drive(
     *,
     resized: Callable[[float], float | None] = lambda _t: None,
     serving: Callable[[float], float | None] = lambda _t: None,
+    settled: Callable[[], object] = lambda: None,
     timeout_s: float,
 ) -> dict[str, Any]:
     """The job's run: once data-0 runs, raise its CPU and ask for a second data executor, then
     wait for the end. ``resized``/``serving``: how long, from the given request time, until the
-    resize is applied / the new executor serves (None: not measured here)."""
+    resize is applied / the new executor serves (None: not measured here); ``settled``: waits until
+    data-0 really serves (a pod: Ready), so that the clocks time the changes alone."""
     progress.wait("data-0 running", _data_running, timeout_s)
+    settled()
     control = client()
     asked = time.monotonic()
     control.resize("data-0", cpu=RESIZED_CPU)
@@ -307,10 +310,10 @@ def _pods(root: Path, job: dict[str, Any], rows: int, timeout_s: float) -> dict[
                 token = read_secret_token(api, NAMESPACE, JOB)
                 version = cluster.state.cgroup_version
 
+                data0 = f"{JOB}-data-0-0"
+
                 def resized(asked: float) -> float:
-                    pod = clock.pods[
-                        next(u for u, p in clock.pods.items() if p["metadata"]["name"] == f"{JOB}-data-0-0")
-                    ]
+                    pod = api.get(resource_path("v1", "pods", NAMESPACE, data0))
                     quota = cpu_quota_file(pod, version)
                     return _await_quota(quota, version, RESIZED_CPU, asked, 60)
 
@@ -320,6 +323,7 @@ def _pods(root: Path, job: dict[str, Any], rows: int, timeout_s: float) -> dict[
                     rows,
                     resized=resized,
                     serving=lambda asked: clock.ready_named(f"{JOB}-data-1-0", asked, 120),
+                    settled=lambda: clock.ready_named(data0, time.monotonic(), timeout_s),
                     timeout_s=timeout_s,
                 )
             finally:

@@ -1,5 +1,6 @@
-"""``primus bench k8s --real`` at a tiny size: the same job on the local backend and in pods on the
-real node, one JSON line whose figures are consistent (timings are not asserted)."""
+"""``primus bench k8s --real`` at a small size (enough rows that the second data executor is Ready
+before the data runs out): the same job on the local backend and in pods on the real node, one JSON
+line whose figures are consistent (timings are not asserted)."""
 
 from __future__ import annotations
 
@@ -25,14 +26,14 @@ def test_bench_k8s_real_prints_one_consistent_json_line(
     if reason:
         pytest.skip(reason)
     code = main(
-        ["bench", "k8s", "--real", "--hours", "1", "--rows-per-hour", "20000", "--workdir", str(tmp_path)]
+        ["bench", "k8s", "--real", "--hours", "1", "--rows-per-hour", "300000", "--workdir", str(tmp_path)]
     )
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
     assert set(KEYS) <= set(result)
     assert all(result[k] > 0 for k in KEYS)
-    assert result["rows"] == 20000
+    assert result["rows"] == 300_000
     assert result["pods_ratio"] == pytest.approx(
         result["rows_per_s_pods"] / result["rows_per_s_local"], rel=0.01
     )

@@ -153,6 +153,14 @@ def register(sub: Any) -> None:
     k.add_argument("--idle-passes", type=int, default=40, help="idle passes measured at each size")
     k.add_argument("--settle-s", type=float, default=12.0, help="wait before measuring idle passes")
     k.add_argument("--workdir", type=Path, help="where the cluster's files go (default: system temp)")
+    k.add_argument(
+        "--real",
+        action="store_true",
+        help="instead: the same job on the local backend and in pods on a real node (kubelet, containerd; "
+        "root), from the project's images; prints rows/s of both, pod readiness, scale-out and resize times",
+    )
+    k.add_argument("--hours", type=int, default=4, help="--real: hours of click logs")
+    k.add_argument("--rows-per-hour", type=int, default=100_000, help="--real: rows per hour of logs")
     k.set_defaults(handler=run_k8s)
 
     y = bsub.add_parser(
@@ -225,6 +233,11 @@ def _report(args: argparse.Namespace, measure: Callable[[], dict[str, Any]]) -> 
 
 
 def run_k8s(args: argparse.Namespace) -> int:
+    if args.real:
+        from airflow_provider_primus.bench.k8s_real import run as run_real
+
+        print(json.dumps(run_real(hours=args.hours, rows_per_hour=args.rows_per_hour, workdir=args.workdir)))
+        return 0
     from airflow_provider_primus.bench.k8s import run
 
     return _report(

@@ -11,12 +11,14 @@ and cancel jobs.
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_primus import __version__
 from airflow_provider_primus.spec.crd import CRD_NAME, GROUP, PLURAL
+from airflow_provider_primus.spec.job import POD_HOME, KubernetesBackend, format_memory
 from airflow_provider_primus.tls import ADVERTISE_ENV
 
 DEFAULT_IMAGE = f"airflow-provider-primus:{__version__}"
@@ -43,7 +45,8 @@ def _rule(
 MASTER_RULES = [
     _rule([GROUP], [PLURAL], ["get", "list", "watch", "update", "patch"]),
     _rule([GROUP], [f"{PLURAL}/status"], ["get", "update", "patch"]),
-    _rule([""], ["pods"], ["get", "list", "watch", "create", "delete"]),
+    # patch: a new master tells the pods it adopts where its dispatcher is (an annotation).
+    _rule([""], ["pods"], ["get", "list", "watch", "create", "delete", "patch"]),
     _rule([""], ["pods/resize"], ["patch"]),
     _rule([""], ["events"], ["create", "list"]),
     _rule([""], ["configmaps"], ["get", "create"]),
@@ -107,10 +110,12 @@ def master_pod(
     owner: dict[str, Any] | None = None,
     *,
     env: list[dict[str, Any]] | None = None,
+    kube: KubernetesBackend | None = None,
 ) -> dict[str, Any]:
-    """The job's master as a driver pod: its ServiceAccount, the documents at their paths, the control
-    API and dispatcher on the pod's IP (executors dial the advertised address). ``env``: more entries
-    (the object-store Secrets the master's planner reads through, by ``secretKeyRef``)."""
+    """The job's master as a driver pod: its ServiceAccount, the documents at their paths, the
+    job's volumes mounted as ``kube.mounts.master`` says, the control API and dispatcher on the
+    pod's IP (executors dial the advertised address). ``env``: more entries (the object-store
+    Secrets the master's planner reads through, by ``secretKeyRef``)."""
     meta: dict[str, Any] = {
         "name": f"{job}-master",
         "namespace": namespace,
@@ -118,6 +123,28 @@ def master_pod(
     }
     if owner:
         meta["ownerReferences"] = [owner]
+    volumes, mounts = pod_storage(job, documents, kube, "master")
+    container: dict[str, Any] = {
+        "name": "master",
+        "image": image,
+        "command": ["primus", "master", job, "--namespace", namespace],
+        "env": [
+            {
+                "name": ADVERTISE_ENV,
+                "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+            },
+            {"name": "PRIMUS_HOME", "value": POD_HOME},
+            *(env or []),
+        ],
+        "envFrom": [connections_env_from(job)],
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "1Gi"},
+            "limits": {"cpu": "2", "memory": "2Gi"},
+        },
+        "volumeMounts": mounts,
+    }
+    if kube is not None and kube.image_pull_policy:
+        container["imagePullPolicy"] = kube.image_pull_policy
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -126,40 +153,8 @@ def master_pod(
             "serviceAccountName": MASTER_ACCOUNT,
             "restartPolicy": "OnFailure",
             "enableServiceLinks": False,
-            "containers": [
-                {
-                    "name": "master",
-                    "image": image,
-                    "command": ["primus", "master", job, "--namespace", namespace],
-                    "env": [
-                        {
-                            "name": ADVERTISE_ENV,
-                            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
-                        },
-                        {"name": "PRIMUS_HOME", "value": "/var/lib/primus"},
-                        *(env or []),
-                    ],
-                    "envFrom": [connections_env_from(job)],
-                    "resources": {
-                        "requests": {"cpu": "500m", "memory": "1Gi"},
-                        "limits": {"cpu": "2", "memory": "2Gi"},
-                    },
-                    "volumeMounts": [
-                        {
-                            "name": "documents",
-                            "mountPath": path,
-                            "subPath": document_key(i),
-                            "readOnly": True,
-                        }
-                        for i, path in enumerate(documents)
-                    ]
-                    + [{"name": "home", "mountPath": "/var/lib/primus"}],
-                }
-            ],
-            "volumes": [
-                {"name": "documents", "configMap": {"name": documents_configmap_name(job)}},
-                {"name": "home", "emptyDir": {}},
-            ],
+            "containers": [container],
+            "volumes": volumes,
         },
     }
 
@@ -241,6 +236,63 @@ def connections_env_from(job: str) -> dict[str, Any]:
     """A container's ``envFrom`` entry for the job's connections Secret; optional, since a job whose
     document names no connection (or one submitted without Airflow) has none."""
     return {"secretRef": {"name": connections_secret_name(job), "optional": True}}
+
+
+def pod_storage(
+    job: str, documents: list[str], kube: KubernetesBackend | None, role: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The volumes and mounts of ``role``'s pods: the documents (a ConfigMap, each file at the path
+    the job names it by, so commands need no rewriting), the job's volumes that the role mounts,
+    and an emptyDir at PRIMUS_HOME unless one of those covers it (the trainer writes its
+    checkpoints under it; the image's user cannot create it in the image's file system)."""
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if documents:
+        volumes.append({"name": "documents", "configMap": {"name": documents_configmap_name(job)}})
+        mounts += [
+            {"name": "documents", "mountPath": path, "subPath": document_key(i), "readOnly": True}
+            for i, path in enumerate(documents)
+        ]
+    declared = {v.name: v for v in kube.volumes} if kube is not None else {}
+    used: list[str] = []
+    for mount in kube.mounts.of(role) if kube is not None else []:
+        entry: dict[str, Any] = {"name": _volume_name(mount.volume), "mountPath": mount.path}
+        if mount.read_only:
+            entry["readOnly"] = True
+        if mount.sub_path:
+            entry["subPath"] = mount.sub_path
+        mounts.append(entry)
+        if mount.volume not in used:
+            used.append(mount.volume)
+    for name in used:
+        v = declared[name]
+        volume: dict[str, Any] = {"name": _volume_name(name)}
+        if v.persistent_volume_claim is not None:
+            claim = v.persistent_volume_claim
+            volume["persistentVolumeClaim"] = {"claimName": claim.claim_name, "readOnly": claim.read_only}
+        elif v.config_map is not None:
+            volume["configMap"] = {"name": v.config_map.name, "optional": v.config_map.optional}
+        elif v.empty_dir is not None:
+            empty: dict[str, Any] = {}
+            if v.empty_dir.medium:
+                empty["medium"] = v.empty_dir.medium
+            if v.empty_dir.size_limit is not None:
+                empty["sizeLimit"] = format_memory(v.empty_dir.size_limit)
+            volume["emptyDir"] = empty
+        volumes.append(volume)
+    if not any(m["mountPath"] == POD_HOME for m in mounts):
+        volumes.append({"name": "home", "emptyDir": {}})
+        mounts.append({"name": "home", "mountPath": POD_HOME})
+    return volumes, mounts
+
+
+def _volume_name(declared: str) -> str:
+    """A declared volume's name in the pod: prefixed, so it never meets ``documents`` or ``home``
+    (at most 63 characters, like the declared name: a long one is cut and made unique by a hash)."""
+    name = f"v-{declared}"
+    if len(name) <= 63:
+        return name
+    return f"{name[:54]}-{hashlib.sha256(declared.encode()).hexdigest()[:8]}"
 
 
 def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from airflow_provider_primus.credentials import TOKEN_ENV, token_env_from_secret
+from airflow_provider_primus.data.service.dispatcher_server import LOCATION_FILE_ENV
 from airflow_provider_primus.kubernetes.client import (
     STRATEGIC_PATCH,
     KubeApi,
@@ -46,19 +47,24 @@ from airflow_provider_primus.kubernetes.manifests import (
     LABEL_JOB,
     LABEL_ROLE,
     connections_env_from,
-    document_key,
     documents_configmap,
-    documents_configmap_name,
+    pod_storage,
 )
+from airflow_provider_primus.process import EXIT_FILE_ENV
 from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
 from airflow_provider_primus.resources.own_usage import OWN_CGROUP_ENV
 from airflow_provider_primus.spec.data import PrimusData
+from airflow_provider_primus.spec.job import KubernetesBackend as KubernetesSettings
 from airflow_provider_primus.spec.job import is_loopback
 from airflow_provider_primus.tls import ADVERTISE_ENV, TLS_DIR_ENV, TLS_MOUNT, tls_secret_name
 
 log = logging.getLogger(__name__)
 
 CONTAINER = "executor"
+# Where the pod's dispatcher is: an annotation the master sets at launch and rewrites when a new
+# master (a new pod, a new IP) adopts the pod; the pod reads it from a downward API file.
+DISPATCHER_ANNOTATION = "primus.dev/dispatcher"
+POD_INFO = "/etc/primus/pod"
 DATA_PORT = 50051  # the data executor's Flight port inside its pod (readiness is probed on it)
 ORPHAN_GRACE_S = 30.0
 
@@ -89,6 +95,11 @@ class PodTemplate:
     # Object-store key pairs the data document takes from Secrets: env entries with secretKeyRef,
     # so a key reaches the executor's environment without passing through the master or the API.
     secret_env: list[dict[str, Any]] = field(default_factory=list)
+    # The job's backend.kubernetes: per-role images, volumes and mounts, the pull policy.
+    settings: KubernetesSettings | None = None
+
+    def image_of(self, role: str) -> str:
+        return (self.settings.image_of(role) if self.settings else None) or self.image
 
 
 class KubernetesBackend:
@@ -101,7 +112,11 @@ class KubernetesBackend:
         *,
         on_event: Callable[[str, str, dict[str, Any]], None] | None = None,
         on_resize_refused: Literal["keep", "recreate"] = "keep",
+        dispatcher: Callable[[], str | None] | None = None,
     ) -> None:
+        """``dispatcher``: the master's dispatcher location now; an adopted pod that was told
+        another one (its previous master's) is told this one."""
+        self.dispatcher = dispatcher
         self.api = api
         self.t = template
         self.on_event = on_event
@@ -144,10 +159,13 @@ class KubernetesBackend:
         if "--host" in out:
             # Peers reach a pod on its IP (advertised from the downward API); the token guards it.
             at = out.index("--host") + 1
-            if is_loopback(out[at]):
+            if is_loopback(out[at]):  # the default: the pod's own address; a wildcard only when asked
                 out[at] = self.t.bind_host
-            if role == "data":
-                out[at + 1 : at + 1] = ["--port", str(DATA_PORT)]
+            if role == "data":  # a fixed port: the readiness probe's (the argv's own is 0, any)
+                if "--port" in out[:-1]:
+                    out[out.index("--port") + 1] = str(DATA_PORT)
+                else:
+                    out[at + 1 : at + 1] = ["--port", str(DATA_PORT)]
         return out
 
     def pod_manifest(  # noqa: PLR0917 - mirrors launch()
@@ -168,6 +186,8 @@ class KubernetesBackend:
         ]
         tls = TLS_DIR_ENV in env
         for key, value in env.items():
+            if key == EXIT_FILE_ENV:
+                continue  # a file on the master's machine; a pod's status carries its exit code
             if key == self.t.token_env:
                 variables.append(token_env_from_secret(self.t.job, key))
             elif key == TLS_DIR_ENV:  # the master's folder; in a pod the job's TLS Secret, mounted
@@ -179,7 +199,7 @@ class KubernetesBackend:
         variables.extend(self.t.secret_env)
         container: dict[str, Any] = {
             "name": CONTAINER,
-            "image": self.t.image,
+            "image": self.t.image_of(role),
             "command": self._command(command, role),
             "env": variables,
             # The Airflow connections (aws, kafka) the job's data names, resolved by the hook.
@@ -190,36 +210,40 @@ class KubernetesBackend:
                 {"resourceName": "memory", "restartPolicy": "NotRequired"},
             ],
         }
+        if self.t.settings is not None and self.t.settings.image_pull_policy:
+            container["imagePullPolicy"] = self.t.settings.image_pull_policy
         if role == "data":
             container["ports"] = [{"name": "flight", "containerPort": DATA_PORT}]
             container["readinessProbe"] = {"tcpSocket": {"port": "flight"}, "periodSeconds": 5}
-        spec: dict[str, Any] = {
-            "restartPolicy": "Never",
-            "containers": [container],
-            "enableServiceLinks": False,
-        }
-        if self.t.service_account:
-            spec["serviceAccountName"] = self.t.service_account
-        volumes: list[dict[str, Any]] = []
-        mounts: list[dict[str, Any]] = []
-        if self.t.documents:
-            volumes.append({"name": "documents", "configMap": {"name": documents_configmap_name(self.t.job)}})
-            # Each document at the path the master knows it by, so commands need no rewriting.
-            mounts += [
-                {"name": "documents", "mountPath": path, "subPath": document_key(i), "readOnly": True}
-                for i, path in enumerate(self.t.documents)
-            ]
+        volumes, mounts = pod_storage(self.t.job, list(self.t.documents), self.t.settings, role)
         if tls:  # the job's CA: the executor issues itself a certificate for its pod's address
             secret = {"secretName": tls_secret_name(self.t.job), "defaultMode": 0o400}
             volumes.append({"name": "tls", "secret": secret})
             mounts.append({"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True})
-        if volumes:
-            spec["volumes"] = volumes
-            container["volumeMounts"] = mounts
+        location = _argument(command, "--dispatcher")
+        if location is not None:
+            variables.append({"name": LOCATION_FILE_ENV, "value": f"{POD_INFO}/dispatcher"})
+            item = {
+                "path": "dispatcher",
+                "fieldRef": {"fieldPath": f"metadata.annotations['{DISPATCHER_ANNOTATION}']"},
+            }
+            volumes.append({"name": "pod-info", "downwardAPI": {"items": [item]}})
+            mounts.append({"name": "pod-info", "mountPath": POD_INFO, "readOnly": True})
+        container["volumeMounts"] = mounts
+        spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "containers": [container],
+            "enableServiceLinks": False,
+            "volumes": volumes,
+        }
+        if self.t.service_account:
+            spec["serviceAccountName"] = self.t.service_account
         meta: dict[str, Any] = {
             "name": pod_name(self.t.job, role, index, incarnation),
             "labels": self._labels(role, index, incarnation, name),
         }
+        if location is not None:
+            meta["annotations"] = {DISPATCHER_ANNOTATION: location}
         if self.t.owner:
             meta["ownerReferences"] = [self.t.owner]
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
@@ -333,6 +357,8 @@ class KubernetesBackend:
             name = meta["name"]
             if name in known or meta.get("deletionTimestamp"):
                 continue
+            if LABEL_EXECUTOR not in (meta.get("labels") or {}):
+                continue  # not an executor: the job's master pod carries the job's label too
             with self._lock:
                 if name in self._terminated:
                     continue
@@ -351,7 +377,21 @@ class KubernetesBackend:
             return False
         if pod["metadata"].get("deletionTimestamp"):
             return False
-        return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return False
+        self._redirect(pod)
+        return True
+
+    def _redirect(self, pod: Mapping[str, Any]) -> None:
+        """Tell an adopted pod where this master's dispatcher is, if it was told another address."""
+        location = self.dispatcher() if self.dispatcher is not None else None
+        annotations = pod["metadata"].get("annotations") or {}
+        if location is None or DISPATCHER_ANNOTATION not in annotations:
+            return
+        if annotations[DISPATCHER_ANNOTATION] != location:
+            name = pod["metadata"]["name"]
+            patch = {"metadata": {"annotations": {DISPATCHER_ANNOTATION: location}}}
+            self.api.patch(f"{self.pods_path}/{name}", patch)
 
     def pods(self) -> list[dict[str, Any]]:
         return self.informer.items()
@@ -363,6 +403,12 @@ class KubernetesBackend:
 
     def close(self) -> None:
         self.informer.stop()
+
+
+def _argument(command: Sequence[str], flag: str) -> str | None:
+    """The value after ``flag`` in an argv, or None."""
+    args = list(command)
+    return args[args.index(flag) + 1] if flag in args[:-1] else None
 
 
 def _created(meta: Mapping[str, Any]) -> float:

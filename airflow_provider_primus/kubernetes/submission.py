@@ -28,6 +28,7 @@ from airflow_provider_primus.kubernetes.manifests import (
 from airflow_provider_primus.kubernetes.pods import KubernetesBackend, PodTemplate, storage_secret_env
 from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.spec.data import validate_data_spec
+from airflow_provider_primus.spec.job import KubernetesBackend as KubernetesSettings
 from airflow_provider_primus.tls import JobCa, ca_from_secret, tls_secret_name
 
 if TYPE_CHECKING:
@@ -71,13 +72,15 @@ def start_master_pod(store: KubeJobStore, name: str, image: str | None = None) -
     kube = record.spec["spec"].get("backend", {}).get("kubernetes") or {}
     documents = job_documents(record.spec)
     data = validate_data_spec(yaml.safe_load(documents[record.spec["spec"]["data"]]))
+    settings = KubernetesSettings.model_validate(kube)
     pod = master_pod(
         name,
         store.namespace,
-        image or kube.get("image") or DEFAULT_IMAGE,
+        image or settings.image_of("master") or DEFAULT_IMAGE,
         list(documents),
         owner_reference(store.raw(name)),
         env=storage_secret_env(data),  # the master plans the data: it reads the store too
+        kube=settings,
     )
     try:
         created: dict[str, Any] = store.api.create(resource_path("v1", "pods", store.namespace), pod)
@@ -103,12 +106,15 @@ def backend_factory(api: KubeApi, store: KubeJobStore) -> Callable[[Master], Kub
             documents=job_documents(stored),
             service_account=kube.executor_service_account if kube else None,
             secret_env=storage_secret_env(master.data),
+            settings=kube,
         )
         return KubernetesBackend(
             api,
             template,
             on_event=master.backend_event,
             on_resize_refused=(kube.on_resize_refused if kube else "keep"),
+            # Read when the master adopts pods, after its dispatcher started (a new pod's address).
+            dispatcher=lambda: master.server.location,
         )
 
     return make

@@ -22,6 +22,7 @@ import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from airflow_provider_primus.data.service.auth import advertised_host
 from airflow_provider_primus.master.metrics import CONTENT_TYPE
 from airflow_provider_primus.master.store import JobStore, modify
 from airflow_provider_primus.spec.base import UtcDatetime
@@ -205,7 +206,9 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.advertise}]" if ":" in self.advertise else self.advertise
+        # Bound to every interface (a pod asked for it): the pod's IP, which clients can dial.
+        advertised = advertised_host(self.advertise)
+        host = f"[{advertised}]" if ":" in advertised else advertised
         return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     def _serve(self) -> None:

@@ -70,7 +70,9 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         elif key in ("items", "additionalProperties"):
             out[key] = _structural(value, defs)
         else:
-            out[key] = value
+            # A copy: pydantic shares one ``required`` list among the uses of a model, which YAML
+            # would print as anchors and aliases.
+            out[key] = copy.deepcopy(value)
     if out.get("x-kubernetes-int-or-string"):
         out.pop("type", None)  # int-or-string carries no type of its own
     return out

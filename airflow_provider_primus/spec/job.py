@@ -23,7 +23,14 @@ from pydantic import (
     model_validator,
 )
 
-from airflow_provider_primus.spec.base import Metadata, NonEmptyStr, PositiveFloat, PositiveInt, StrictModel
+from airflow_provider_primus.spec.base import (
+    Metadata,
+    Name,
+    NonEmptyStr,
+    PositiveFloat,
+    PositiveInt,
+    StrictModel,
+)
 from airflow_provider_primus.spec.errors import (
     SpecError,
     SpecIssue,
@@ -292,19 +299,142 @@ def _cidr(value: str) -> str:
 Cidr = Annotated[str, AfterValidator(_cidr)]
 
 
+POD_HOME = "/var/lib/primus"  # PRIMUS_HOME in every pod: job files, the trainer's checkpoints
+PodRole = Literal["master", "data", "trainer", "evaluator"]
+POD_ROLES: tuple[str, ...] = ("master", "data", "trainer", "evaluator")
+
+
+def _absolute_path(value: str) -> str:
+    if not value.startswith("/") or "\0" in value or any(p == ".." for p in value.split("/")):
+        raise ValueError(f"must be an absolute path without '..' (got {value!r})")
+    return value.rstrip("/") or "/"
+
+
+AbsolutePath = Annotated[
+    str, AfterValidator(_absolute_path), Field(json_schema_extra={"pattern": "^/", "minLength": 1})
+]
+
+
+class ClaimVolume(StrictModel):
+    """A PersistentVolumeClaim of the job's namespace (made beforehand, by the platform)."""
+
+    claim_name: Name
+    read_only: StrictBool = False
+
+
+class ConfigMapVolume(StrictModel):
+    name: Name
+    optional: StrictBool = False
+
+
+class EmptyDirVolume(StrictModel):
+    medium: Literal["", "Memory"] = ""
+    size_limit: Memory | None = None
+
+
+class Volume(StrictModel):
+    """One volume a job's pods may mount: exactly one of a claim, a ConfigMap or an emptyDir (an
+    emptyDir is per pod: it lives as long as that pod, not the job)."""
+
+    name: Name
+    persistent_volume_claim: ClaimVolume | None = None
+    config_map: ConfigMapVolume | None = None
+    empty_dir: EmptyDirVolume | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Volume:
+        kinds = [k for k in VOLUME_KINDS if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(
+                f"volume {self.name!r}: set exactly one of {', '.join(map(repr, VOLUME_KINDS))} "
+                f"(got {', '.join(map(repr, kinds)) or 'none'})"
+            )
+        return self
+
+
+VOLUME_KINDS = ("persistent_volume_claim", "config_map", "empty_dir")
+
+
+class VolumeMount(StrictModel):
+    volume: Name
+    path: AbsolutePath
+    read_only: StrictBool = False
+    sub_path: NonEmptyStr | None = None
+
+
+class RoleMounts(StrictModel):
+    """Which volumes each kind of pod mounts, and where. Mounting a volume at ``/var/lib/primus``
+    (PRIMUS_HOME in a pod) on the master and the trainer keeps the job's files and the trainer's
+    checkpoints across pod restarts; without one, each pod has an emptyDir there."""
+
+    master: list[VolumeMount] = Field(default_factory=list)
+    data: list[VolumeMount] = Field(default_factory=list)
+    trainer: list[VolumeMount] = Field(default_factory=list)
+    evaluator: list[VolumeMount] = Field(default_factory=list)
+
+    def of(self, role: str) -> list[VolumeMount]:
+        mounts: list[VolumeMount] = getattr(self, role)
+        return mounts
+
+
+class RoleImages(StrictModel):
+    """Per-role images; a role without one runs ``image``. The data image (master, data executors)
+    needs no torch; the trainer's needs the ``[train]`` extra."""
+
+    master: NonEmptyStr | None = None
+    data: NonEmptyStr | None = None
+    trainer: NonEmptyStr | None = None
+    evaluator: NonEmptyStr | None = None
+
+
 class KubernetesBackend(StrictModel):
     """Where and how executor pods run. ``image`` defaults to the provider's executor image
-    (docker/Dockerfile); ``on_resize_refused`` is the fallback when the cluster refuses an in-place
+    (docker/Dockerfile), ``images`` overrides it per role; ``volumes`` are mounted per role by
+    ``mounts``; ``on_resize_refused`` is the fallback when the cluster refuses an in-place
     resize: ``keep`` the allotment (the autoscaler may scale out instead) or ``recreate`` the pod."""
 
     namespace: NonEmptyStr = "default"
     image: NonEmptyStr | None = None
+    images: RoleImages = Field(default_factory=RoleImages)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    volumes: list[Volume] = Field(default_factory=list)
+    mounts: RoleMounts = Field(default_factory=RoleMounts)
     context: NonEmptyStr | None = None
     executor_service_account: NonEmptyStr | None = None
     on_resize_refused: Literal["keep", "recreate"] = "keep"
     # Networks (CIDRs) besides pods labelled ``primus.dev/control-client: "true"`` from which the
     # job's NetworkPolicy lets the master's control API be called (an Airflow outside the cluster).
     control_from: list[Cidr] = Field(default_factory=list)
+
+    def image_of(self, role: str) -> str | None:
+        image: str | None = getattr(self.images, role)
+        return image or self.image
+
+    @model_validator(mode="after")
+    def _mounts_name_volumes(self) -> KubernetesBackend:
+        issues: list[tuple[tuple[str | int, ...], str]] = []
+        names = [v.name for v in self.volumes]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            issues.append((("volumes",), f"volume name {name!r} is declared more than once"))
+        for role in POD_ROLES:
+            paths: set[str] = set()
+            for i, mount in enumerate(self.mounts.of(role)):
+                if mount.volume not in names:
+                    known = ", ".join(map(repr, names)) or "none declared"
+                    issues.append(
+                        (
+                            ("mounts", role, i, "volume"),
+                            f"names no volume in 'volumes' ({mount.volume!r}; {known})",
+                        )
+                    )
+                if mount.path in paths:
+                    issues.append(
+                        (("mounts", role, i, "path"), f"{mount.path} is mounted twice in the {role} pod")
+                    )
+                paths.add(mount.path)
+        if issues:
+            raise_issues(issues)
+        return self
 
 
 class YarnBackend(StrictModel):

@@ -3,6 +3,7 @@ reason on a machine that cannot run one (no root, no writable cgroups, no contai
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,12 @@ from airflow_provider_primus.embedded.kube import host
 from airflow_provider_primus.embedded.kube.binaries import GoNotFoundError
 from airflow_provider_primus.embedded.kube.local import LocalCluster
 from airflow_provider_primus.embedded.kube.node import NodeUnavailableError, node_lock_free
+from airflow_provider_primus.embedded.kube.project_image import (
+    ImageBuilderUnavailableError,
+    ProjectImage,
+    builder_missing,
+    ensure_project_images,
+)
 
 
 def real_node_unavailable() -> str | None:
@@ -41,3 +48,24 @@ def real_cluster(session_tmp: Path) -> Iterator[LocalCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def project_images() -> dict[str, ProjectImage]:
+    """The data and trainer images of this checkout (built, or found in the cache by content hash)."""
+    missing = builder_missing()
+    if missing:
+        pytest.skip("the project's images need: " + "; ".join(missing))
+    try:
+        return ensure_project_images()
+    except ImageBuilderUnavailableError as exc:
+        pytest.skip(str(exc))
+
+
+def import_image(cluster: LocalCluster, image: ProjectImage) -> float:
+    """Import an image's archive into the node's containerd (as `primus cluster` users do); seconds."""
+    assert cluster.node is not None
+    started = time.monotonic()
+    # The trainer's archive is ~3 GB of gzip layers: unpacking it takes minutes on 2 busy cores.
+    cluster.node.containerd.ctr("images", "import", str(image.archive), timeout_s=900)
+    return time.monotonic() - started

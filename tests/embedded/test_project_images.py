@@ -22,32 +22,15 @@ import pytest
 import yaml
 
 from airflow_provider_primus.embedded.kube.local import LocalCluster
-from airflow_provider_primus.embedded.kube.project_image import (
-    DATA,
-    TRAINER,
-    ImageBuilderUnavailableError,
-    ProjectImage,
-    builder_missing,
-    ensure_project_images,
-)
+from airflow_provider_primus.embedded.kube.project_image import DATA, TRAINER, ProjectImage
 from airflow_provider_primus.kubernetes.client import KubeApi, KubeError
 from tests.data.conftest import T0, files_source, hour_dir, spec_doc, write
+from tests.embedded.conftest import import_image
 from tests.embedded.test_real_node import await_value
 
 # A cold build installs torch into the trainer image (minutes on 2 cores); scripts/test.sh builds the
 # images before the suite, so there this is only the import into the node's containerd.
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(2400)]
-
-
-@pytest.fixture(scope="module")
-def project_images() -> dict[str, ProjectImage]:
-    missing = builder_missing()
-    if missing:
-        pytest.skip("the project's images need: " + "; ".join(missing))
-    try:
-        return ensure_project_images()
-    except ImageBuilderUnavailableError as exc:
-        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +53,6 @@ def namespace(api: KubeApi) -> str:
 
     await_value("the namespace's default ServiceAccount", service_account, timeout_s=30)
     return name
-
-
-def _import(cluster: LocalCluster, image: ProjectImage) -> float:
-    assert cluster.node is not None
-    started = time.monotonic()
-    # The trainer's archive is ~3 GB of gzip layers: unpacking it takes minutes on 2 busy cores.
-    cluster.node.containerd.ctr("images", "import", str(image.archive), timeout_s=900)
-    return time.monotonic() - started
 
 
 def _run_pod(api: KubeApi, namespace: str, name: str, spec: dict[str, Any], timeout_s: float) -> tuple[
@@ -109,7 +84,7 @@ def test_the_data_image_runs_primus_on_a_mounted_document_without_torch(
     tmp_path: Path,
 ) -> None:
     image = project_images[DATA]
-    import_s = _import(real_cluster, image)
+    import_s = import_image(real_cluster, image)
     # Parquet history on the host, mounted read-only where the document says it is.
     store = tmp_path / "store"
     for h in range(2):
@@ -164,7 +139,7 @@ def test_the_trainer_image_has_torch_and_trains_a_step(
     project_images: dict[str, ProjectImage], real_cluster: LocalCluster, api: KubeApi, namespace: str
 ) -> None:
     image = project_images[TRAINER]
-    import_s = _import(real_cluster, image)
+    import_s = import_image(real_cluster, image)
     code = (
         "import json, torch\n"
         "import airflow_provider_primus.training.model\n"

@@ -18,6 +18,7 @@ from airflow_provider_primus.kubernetes.manifests import owner_reference
 from airflow_provider_primus.kubernetes.pods import KubernetesBackend, PodTemplate
 from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.resources.backend import Allotment
+from airflow_provider_primus.spec.job import KubernetesBackend as KubernetesSettings
 from tests.kube_env import MASTER_USER, NO_RESIZE_USER, KubeEnv
 
 TOKEN = "s3cr3t-token-value-never-in-a-pod-spec"
@@ -273,3 +274,67 @@ def test_object_store_secrets_reach_executor_pods_by_secret_key_ref() -> None:
         "PRIMUS_S3_SECRET_LAKE_KEYS_ACCESS_KEY_ID": {"name": "lake-keys", "key": "access_key_id"},
         "PRIMUS_S3_SECRET_LAKE_KEYS_SECRET_ACCESS_KEY": {"name": "lake-keys", "key": "secret_access_key"},
     }
+
+
+def test_role_images_volumes_and_the_dispatcher_reach_the_pod_and_an_adopter_redirects_it(
+    kube: KubeEnv, job: dict[str, Any]
+) -> None:
+    """The job's ``backend.kubernetes``: each role's image, the volumes it mounts (a claim, a
+    ConfigMap, an emptyDir) and PRIMUS_HOME; the dispatcher's address as an annotation the pod reads
+    through the downward API, which a new master that adopts the pod rewrites to its own."""
+    settings = KubernetesSettings.model_validate({
+        "image": "primus-data:1", "images": {"trainer": "primus-trainer:1"}, "image_pull_policy": "Never",
+        "volumes": [{"name": "work", "persistent_volume_claim": {"claim_name": "primus-work"}},
+                    {"name": "conf", "config_map": {"name": "conf", "optional": True}},
+                    {"name": "scratch", "empty_dir": {"size_limit": "256Mi"}}],
+        "mounts": {"trainer": [{"volume": "work", "path": "/var/lib/primus", "sub_path": "home"},
+                               {"volume": "conf", "path": "/etc/conf", "read_only": True},
+                               {"volume": "scratch", "path": "/tmp/scratch"}],
+                   "data": [{"volume": "work", "path": "/data", "read_only": True}]},
+    })  # fmt: skip
+    template = PodTemplate(job="j", namespace=kube.namespace, image="unused:0", owner=owner_reference(job),
+                           documents={"/specs/data.yaml": "apiVersion: primus.dev/v1alpha1\n"},
+                           settings=settings)  # fmt: skip
+    first = KubernetesBackend(KubeApi(kube.cluster.api_client(MASTER_USER)), template)
+    here = ["--dispatcher", "grpc://10.1.0.5:7000"]
+    try:
+        trainer = first.launch(
+            "trainer-0", "trainer", 0, Allotment(1, 512 * MIB), command("trainer") + here, {}
+        )
+        data = first.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data") + here, {})
+    finally:
+        first.close()
+    pods = {h.ref["pod"]: kube.api().get(resource_path("v1", "pods", kube.namespace, h.ref["pod"]))
+            for h in (trainer, data)}  # fmt: skip
+    pod = pods["j-trainer-0-0"]
+    (c,) = pod["spec"]["containers"]
+    assert (c["image"], c["imagePullPolicy"]) == ("primus-trainer:1", "Never")
+    assert pods["j-data-0-0"]["spec"]["containers"][0]["image"] == "primus-data:1"
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["v-work"]["persistentVolumeClaim"] == {"claimName": "primus-work"}
+    assert volumes["v-conf"]["configMap"]["name"] == "conf" and volumes["v-conf"]["configMap"]["optional"]
+    assert volumes["v-scratch"]["emptyDir"] == {"sizeLimit": "256Mi"}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert mounts["/var/lib/primus"] == {"name": "v-work", "mountPath": "/var/lib/primus", "subPath": "home"}
+    assert "home" not in volumes  # the claim is PRIMUS_HOME; no emptyDir under it
+    assert mounts["/etc/conf"]["readOnly"] and mounts["/specs/data.yaml"]["subPath"] == "document-0.yaml"
+    data_pod = pods["j-data-0-0"]["spec"]
+    assert {v["name"] for v in data_pod["volumes"]} >= {"documents", "v-work", "home", "pod-info"}
+    assert pod["metadata"]["annotations"]["primus.dev/dispatcher"] == "grpc://10.1.0.5:7000"
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["PRIMUS_DISPATCHER_FILE"] == "/etc/primus/pod/dispatcher"
+    assert volumes["pod-info"]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"] == (
+        "metadata.annotations['primus.dev/dispatcher']"
+    )
+    # A new master (another pod, another address) adopts the pods and tells them where it is.
+    second = KubernetesBackend(KubeApi(kube.cluster.api_client(MASTER_USER)), template,
+                               dispatcher=lambda: "grpc://10.1.0.9:7000")  # fmt: skip
+    try:
+        second.informer.wait_for(lambda objs: "j-trainer-0-0" in objs, timeout_s=30)
+        assert second.adopt(trainer) and second.adopt(data)
+    finally:
+        second.close()
+    for name in pods:
+        now = kube.api().get(resource_path("v1", "pods", kube.namespace, name))
+        assert now["metadata"]["annotations"]["primus.dev/dispatcher"] == "grpc://10.1.0.9:7000"
+        assert now["metadata"]["uid"] == pods[name]["metadata"]["uid"]

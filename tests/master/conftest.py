@@ -52,18 +52,21 @@ class JobWorld:
         return path
 
     def trace_rows(self, name: str = "job") -> list[int]:
-        """Every row the job's model holds, in training order, from the trainer's trace. A restarted
-        trainer resumes at its checkpoint and re-trains the steps after it: the last record of each
-        step is the one the model kept."""
-        path = self.home / "jobs" / name / "trace.jsonl"
-        steps: dict[int, list[int]] = {}
-        for line in path.read_text().splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue  # the torn last line of a killed trainer
-            steps[entry["step"]] = [row[3] for row in entry["rows"]]
-        return [r for step in sorted(steps) for r in steps[step]]
+        return trace_rows(self.home / "jobs" / name / "trace.jsonl")
+
+
+def trace_rows(path: Path) -> list[int]:
+    """Every row a job's model holds, in training order, from the trainer's trace (``path``). A
+    restarted trainer resumes at its checkpoint and re-trains the steps after it: the last record of
+    each step is the one the model kept."""
+    steps: dict[int, list[int]] = {}
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # the torn last line of a killed trainer
+        steps[entry["step"]] = [row[3] for row in entry["rows"]]
+    return [r for step in sorted(steps) for r in steps[step]]
 
 
 def write_world(

@@ -391,3 +391,67 @@ def test_the_example_validates_with_its_references() -> None:
     assert spec.roles.trainer.replicas.top == 1
     assert spec.scaling.enabled and spec.scaling.window_s == 10.0 and spec.scaling.cooldown_s == 15.0
     assert spec.backend.type == "local"
+
+
+# --- Kubernetes: images, volumes and mounts ------------------------------------------------------
+
+
+def kube(**settings: Any) -> Doc:
+    return job(backend={"type": "kubernetes", "kubernetes": settings})
+
+
+def test_volumes_mounts_and_role_images_are_read() -> None:
+    spec = validate_job_spec(
+        kube(
+            image="data:1",
+            images={"trainer": "trainer:1"},
+            volumes=[
+                {"name": "work", "persistent_volume_claim": {"claim_name": "primus-work"}},
+                {"name": "conf", "config_map": {"name": "conf"}},
+                {"name": "scratch", "empty_dir": {"size_limit": "1Gi", "medium": "Memory"}},
+            ],
+            mounts={
+                "master": [{"volume": "work", "path": "/var/lib/primus", "sub_path": "home"}],
+                "trainer": [
+                    {"volume": "work", "path": "/var/lib/primus/"},
+                    {"volume": "scratch", "path": "/s"},
+                ],
+            },
+        )
+    ).spec.backend.kubernetes
+    assert spec is not None
+    assert (spec.image_of("master"), spec.image_of("data"), spec.image_of("trainer")) == (
+        "data:1",
+        "data:1",
+        "trainer:1",
+    )
+    assert spec.volumes[2].empty_dir is not None and spec.volumes[2].empty_dir.size_limit == Gi
+    assert [m.path for m in spec.mounts.trainer] == ["/var/lib/primus", "/s"]
+    assert spec.mounts.data == []
+
+
+def test_a_volume_is_exactly_one_kind() -> None:
+    path, message = only_issue(kube(volumes=[{"name": "v"}]))
+    assert path == "spec.backend.kubernetes.volumes[0]"
+    assert (
+        "exactly one of 'persistent_volume_claim', 'config_map', 'empty_dir'" in message and "none" in message
+    )
+    both = {"name": "v", "empty_dir": {}, "config_map": {"name": "c"}}
+    assert "got 'config_map', 'empty_dir'" in only_issue(kube(volumes=[both]))[1]
+
+
+def test_mounts_name_declared_volumes_at_absolute_paths_once() -> None:
+    found = issues(
+        kube(
+            volumes=[{"name": "work", "empty_dir": {}}, {"name": "work", "empty_dir": {}}],
+            mounts={"data": [{"volume": "wrk", "path": "/a"}, {"volume": "work", "path": "/a"}]},
+        )
+    )
+    assert "'work' is declared more than once" in found["spec.backend.kubernetes.volumes"]
+    assert "names no volume in 'volumes' ('wrk'" in found["spec.backend.kubernetes.mounts.data[0].volume"]
+    assert "/a is mounted twice in the data pod" in found["spec.backend.kubernetes.mounts.data[1].path"]
+    path, message = only_issue(kube(volumes=[{"name": "w", "empty_dir": {}}],
+                                    mounts={"trainer": [{"volume": "w", "path": "../x"}]}))  # fmt: skip
+    assert path == "spec.backend.kubernetes.mounts.trainer[0].path" and "absolute path" in message
+    path, _ = only_issue(kube(volumes=[{"name": "Bad_Name", "empty_dir": {}}]))
+    assert path == "spec.backend.kubernetes.volumes[0].name"

@@ -7,9 +7,12 @@ TLS (``auth.server_args``).
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from pyarrow import flight
@@ -18,6 +21,29 @@ from airflow_provider_primus.data.service.auth import advertised, call_options, 
 from airflow_provider_primus.data.service.dispatcher import Dispatcher, JobFailed, Lease
 from airflow_provider_primus.data.service.wire import dumps, loads, task_from_dict, task_to_dict
 from airflow_provider_primus.tls import JobCa
+
+log = logging.getLogger(__name__)
+
+# A file that holds the dispatcher's current location. In a pod it is a downward API file of the
+# pod's ``primus.dev/dispatcher`` annotation, which a restarted master (a new pod, a new IP) rewrites:
+# the executors it adopts find it there, no DNS or Service needed.
+LOCATION_FILE_ENV = "PRIMUS_DISPATCHER_FILE"
+
+
+def location_file(environ: dict[str, str] | None = None) -> Callable[[], str | None] | None:
+    """The reader of ``$PRIMUS_DISPATCHER_FILE``, or None when the variable is unset."""
+    name = (environ if environ is not None else os.environ).get(LOCATION_FILE_ENV)
+    if not name:
+        return None
+    path = Path(name)
+
+    def read() -> str | None:
+        try:
+            return path.read_text().strip() or None
+        except OSError:
+            return None
+
+    return read
 
 
 class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
@@ -151,14 +177,45 @@ class DispatcherClient:
         token: str,
         timeout_s: float = 30.0,
         grace_s: float = 0.0,
+        *,
         ca: JobCa | None = None,
+        locate: Callable[[], str | None] | None = None,
     ) -> None:
         """``ca``: the job's CA for a ``grpc+tls://`` location (default: ``$PRIMUS_TLS_DIR``'s)."""
+        self.location = location
+        self._ca = ca
         self._client = flight_client(location, ca)
         self._options = call_options(token, timeout_s)
         # How long an unreachable dispatcher is retried: a job's master may be restarting (it comes
-        # back on the same port with its state from the job store).
+        # back on the same port with its state from the job store, or, in a pod, at a new address
+        # that ``locate`` — by default ``$PRIMUS_DISPATCHER_FILE`` — tells).
         self.grace_s = grace_s
+        self._locate = locate if locate is not None else location_file()
+        self._moving = threading.Lock()
+
+    def _await_move(self, deadline: float) -> bool:
+        """Whether ``locate`` names another dispatcher before ``deadline`` (then it is dialled)."""
+        if self._locate is None:
+            return False
+        was = self.location
+        while True:
+            self._follow()
+            if self.location != was:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)  # a file the kubelet rewrites: nothing to block on
+
+    def _follow(self) -> None:
+        """Dial the dispatcher where ``locate`` says it is now, when that changed."""
+        if self._locate is None:
+            return
+        now = self._locate()
+        with self._moving:
+            if now and now != self.location:
+                log.warning("the dispatcher moved: %s -> %s", self.location, now)
+                # The old client is not closed here: another thread may be in a call on it.
+                self._client, self.location = flight_client(now, self._ca), now
 
     def _call(self, kind: str, body: dict[str, Any]) -> Any:
         deadline = time.monotonic() + self.grace_s
@@ -174,6 +231,14 @@ class DispatcherClient:
                     raise
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
+                self._follow()
+            except flight.FlightTimedOutError:
+                # No answer: a master whose pod (and address) vanished mid-call looks like this. The
+                # call is repeated only at its successor's address (the old master's leases went with
+                # it); one that stays where it was is slow, not gone, and a repeated lease could
+                # strand the first: that is the caller's failure, as before.
+                if not self._await_move(deadline):
+                    raise
 
     def register(self, executor: str, location: str) -> None:
         self._call("register", {"executor": executor, "location": location})

@@ -85,6 +85,9 @@ class BrokerState:
     ca_file: str | None = None
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
+    # A second plaintext listener on another of this machine's addresses (``also_on``), for clients
+    # that cannot reach its loopback: pods on a node's bridge.
+    external_bootstrap_servers: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -102,9 +105,9 @@ def new_cluster_id() -> str:
             return cid
 
 
-def free_port() -> int:
+def free_port(host: str = LOOPBACK) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
@@ -133,11 +136,18 @@ def server_properties(
     extra: dict[str, str] | None = None,
     secured_port: int | None = None,
     secured: dict[str, str] | None = None,
+    external: tuple[str, int] | None = None,
 ) -> dict[str, str]:
-    """``secured_port``/``secured``: a SASL_SSL listener and its settings (``secured_properties``)."""
+    """``secured_port``/``secured``: a SASL_SSL listener and its settings (``secured_properties``).
+    ``external``: a plaintext listener ``EXTERNAL`` on (host, port), advertised as that address, so
+    a client that connected there is sent there again (not to loopback)."""
     listeners = f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}"
     advertised = f"PLAINTEXT://{LOOPBACK}:{port}"
     protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if external is not None:
+        listeners += f",EXTERNAL://{external[0]}:{external[1]}"
+        advertised += f",EXTERNAL://{external[0]}:{external[1]}"
+        protocols += ",EXTERNAL:PLAINTEXT"
     if secured_port is not None:
         listeners += f",SASL_SSL://{LOOPBACK}:{secured_port}"
         advertised += f",SASL_SSL://{LOOPBACK}:{secured_port}"
@@ -226,7 +236,7 @@ def _formatted_cluster_id(data_dir: Path) -> str | None:
     return None
 
 
-def _reuse(port: Any, avoid: int | None = None) -> int | None:
+def _reuse(port: Any, avoid: int | None = None, host: str = LOOPBACK) -> int | None:
     """``port`` when it is a port number this machine can bind now, else None."""
     if not isinstance(port, int) or port == avoid:
         return None
@@ -234,7 +244,7 @@ def _reuse(port: Any, avoid: int | None = None) -> int | None:
         # As the broker binds (Java sets SO_REUSEADDR): the old broker's TIME_WAIT pairs do not count.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((LOOPBACK, port))
+            sock.bind((host, port))
         except OSError:
             return None
     return port
@@ -261,10 +271,13 @@ class EmbeddedKafka:
         extra_properties: dict[str, str] | None = None,
         reset: bool = False,
         secured: SecuredListener | None = None,
+        also_on: str | None = None,
     ) -> None:
         """``reset`` deletes the work dir's log data before starting; without it a broker started
         again on the same work dir keeps its topics and offsets (consumers resume where they were).
-        ``secured``: also serve SASL_SSL with SCRAM on another loopback port (off by default)."""
+        ``secured``: also serve SASL_SSL with SCRAM on another loopback port (off by default).
+        ``also_on``: also serve plaintext on this address of the machine (a node's pod gateway)."""
+        self.also_on = also_on
         self.dist = dist
         self.reset = reset
         self.workdir = Path(workdir)
@@ -348,6 +361,10 @@ class EmbeddedKafka:
                 secured_port = free_port()
             tls = ensure_broker_tls(self.workdir / "tls")
             secured_props = secured_properties(secured_port, tls, self.secured.mechanism)
+        external: tuple[str, int] | None = None
+        if self.also_on is not None:
+            external = (self.also_on, _reuse(previous.get("external_port"), host=self.also_on)
+                        or free_port(self.also_on))  # fmt: skip
         props_file = self.workdir / "server.properties"
         _write_properties(
             props_file,
@@ -358,6 +375,7 @@ class EmbeddedKafka:
                 extra=self.extra_properties,
                 secured_port=secured_port,
                 secured=secured_props,
+                external=external,
             ),
         )
         (self.workdir / "log4j2.properties").write_text(
@@ -422,9 +440,11 @@ class EmbeddedKafka:
             ca_file=str(tls.ca_file) if tls is not None else None,
             sasl_mechanism=self.secured.mechanism if self.secured is not None else None,
             sasl_username=self.secured.username if self.secured is not None else None,
+            external_bootstrap_servers=f"{external[0]}:{external[1]}" if external else None,
         )
         self.state_file.write_text(self.state.to_json())
-        ports = {"port": port, "controller_port": controller_port, "secured_port": secured_port}
+        ports = {"port": port, "controller_port": controller_port, "secured_port": secured_port,
+                 "external_port": external[1] if external else None}  # fmt: skip
         self.cluster_file.write_text(json.dumps({"cluster_id": cluster_id, **ports}))
         return self.state
 

@@ -138,6 +138,11 @@ def create_bridge(name: str, gateway_cidr: str) -> None:
         raise
 
 
+def add_address(device: str, cidr: str) -> None:
+    """One more address on a device of ours (it goes when the device is deleted)."""
+    _ip("addr", "add", cidr, "dev", device)
+
+
 def delete_bridge(name: str) -> None:
     if bridge_exists(name):
         _ip("link", "delete", name, check=False)

@@ -38,10 +38,11 @@ from typing import IO, TYPE_CHECKING, Any
 import yaml
 
 from airflow_provider_primus.embedded.kube import host
-from airflow_provider_primus.embedded.kube.access import ADMIN, LOOPBACK, ClusterState
+from airflow_provider_primus.embedded.kube.access import ADMIN, LOOPBACK, SERVICE_CIDR, ClusterState
 from airflow_provider_primus.embedded.kube.binaries import NodeBinaries
 from airflow_provider_primus.embedded.kube.cluster import _get, _unverified_tls, free_port
 from airflow_provider_primus.embedded.kube.images import CGROUP_PROBE, PAUSE, ensure_image
+from airflow_provider_primus.embedded.kube.relay import TcpRelay
 from airflow_provider_primus.embedded.kube.runtime import Containerd
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 NODE_LOCK = Path("/run/primus-realnode.lock")
 STATE_FILE = "node.json"  # present from start until a teardown left the machine clean
 LAST_STATE_FILE = "node-last.json"
+# The `kubernetes` Service's cluster IP: pods reach the API server there (``relay.py``).
+API_SERVICE_IP = str(ipaddress.ip_network(SERVICE_CIDR)[1])
+API_SERVICE_PORT = 443
 
 
 class NodeUnavailableError(RuntimeError):
@@ -140,9 +144,10 @@ def kubelet_config(state: NodeState, socket: Path, healthz_port: int) -> dict[st
 
 
 def cni_conflist(state: NodeState) -> dict[str, Any]:
-    """A bridge on the run's own range. No routes and no masquerading: a pod reaches only that range
-    (and this machine on it), nothing beyond. ``isGateway`` stays off because we put the gateway
-    address on the bridge ourselves, and it would also switch on the machine's IP forwarding."""
+    """A bridge on the run's own range. No masquerading and one route: a pod reaches only that range
+    (and this machine on it) and the API server's Service IP on this machine, nothing beyond.
+    ``isGateway`` stays off because we put the gateway address on the bridge ourselves, and it would
+    also switch on the machine's IP forwarding."""
     network = ipaddress.ip_interface(f"{state.node_ip}/{state.pod_cidr.split('/')[1]}").network
     return {
         "cniVersion": "0.4.0",
@@ -159,7 +164,8 @@ def cni_conflist(state: NodeState) -> dict[str, Any]:
                     "ranges": [
                         [{"subnet": str(network), "rangeStart": str(network[2]), "gateway": state.node_ip}]
                     ],
-                    "routes": [],
+                    # The API server's Service IP only, through the gateway (``relay.py``).
+                    "routes": [{"dst": f"{API_SERVICE_IP}/32", "gw": state.node_ip}],
                     "dataDir": str(Path(state.state_dir) / "cni-ipam"),
                 },
             }
@@ -206,6 +212,7 @@ class RealNode:
         self.state: NodeState | None = None
         self._lock: IO[str] | None = None
         self._kube: KubeApi | None = None
+        self.relay: TcpRelay | None = None
 
     def start(self, timeout_s: float = 120.0) -> NodeState:
         missing = host.missing_prerequisites()
@@ -240,6 +247,7 @@ class RealNode:
         timings: dict[str, float] = {}
         try:
             host.create_bridge(state.bridge, self.config.gateway_cidr)
+            self._start_api_relay(state)
             cni_dir = self.state_dir / "cni-conf"
             cni_dir.mkdir(exist_ok=True)
             (cni_dir / "10-primus.conflist").write_text(json.dumps(cni_conflist(state), indent=2))
@@ -261,6 +269,13 @@ class RealNode:
         state.component_seconds = {k: round(v, 2) for k, v in timings.items()}
         state.write()
         return state
+
+    def _start_api_relay(self, state: NodeState) -> None:
+        """The `kubernetes` Service for pods: its IP on the bridge (it goes with the bridge), the
+        API server behind it (``relay.py``)."""
+        host.add_address(state.bridge, f"{API_SERVICE_IP}/32")
+        api_port = int(self.cluster.server.rsplit(":", 1)[1].rstrip("/"))
+        self.relay = TcpRelay((API_SERVICE_IP, API_SERVICE_PORT), (LOOPBACK, api_port)).start()
 
     def _take_lock(self) -> None:
         lock = open(NODE_LOCK, "a+")  # noqa: SIM115 - held until stop()
@@ -390,6 +405,9 @@ class RealNode:
         if proc is not None:
             stop_process_group(proc.pid, child=proc, grace_s=15.0)
             self.containerd.process = None
+        if self.relay is not None:
+            self.relay.stop()
+            self.relay = None
         if self.state is not None:
             cleanup(self.state_dir)
         if self._kube is not None:

@@ -1,0 +1,498 @@
+"""A PrimusJob in real pods on the real node: the master as a driver pod (the shipped RBAC, in-cluster
+credentials), data executor pods from the data image, the trainer pod from the trainer image; data
+and checkpoints on a PersistentVolume; a Kafka topic read from inside the pods. One job takes the
+three faults in turn — a data executor pod force-deleted, the master pod deleted and its successor
+re-adopting the running pods, the trainer pod killed and resumed from its checkpoint — and still
+trains every planned row and every stream record exactly once, and ends ``Succeeded``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from airflow_provider_primus.embedded.kafka.broker import EmbeddedKafka
+from airflow_provider_primus.embedded.kafka.distribution import KafkaDistribution
+from airflow_provider_primus.embedded.kube.access import ADMIN
+from airflow_provider_primus.embedded.kube.local import LocalCluster
+from airflow_provider_primus.embedded.kube.project_image import DATA, TRAINER, ProjectImage
+from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resource_path
+from airflow_provider_primus.kubernetes.install import apply
+from airflow_provider_primus.kubernetes.manifests import rbac
+from airflow_provider_primus.kubernetes.store import KubeJobStore
+from airflow_provider_primus.kubernetes.submission import read_token, start_master_pod
+from airflow_provider_primus.master.client import ControlClient
+from airflow_provider_primus.master.jobs import submit, wait_for
+from airflow_provider_primus.master.store import JobRecord
+from airflow_provider_primus.spec.status import TERMINAL
+from tests.embedded.conftest import import_image
+from tests.kube_env import install_crd
+from tests.master.conftest import trace_rows
+from tests.training.conftest import SCHEMA, T0, events, to_json
+
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(3000)]
+
+POD_USER = 10001  # the images' user: what it writes on the volume must be its own
+HOURS, PER_HOUR, STREAM_ROWS = 6, 4000, 800
+STORE = "/data/store"  # where the master and data executors see the history (the volume's store/)
+
+
+@dataclass
+class PodJobWorld:
+    """A namespace with the CRD and RBAC, a bound PersistentVolumeClaim over ``volume`` (a host
+    directory), the history in it and a topic, and the job's documents."""
+
+    api: KubeApi
+    namespace: str
+    volume: Path
+    docs: Path
+    bootstrap: str  # the broker, as this process reaches it
+    pod_bootstrap: str  # the broker, as pods reach it
+    topic: str
+    images: dict[str, str]
+    name: str = "job"
+    hours: int = HOURS
+
+    @property
+    def history_rows(self) -> int:
+        return self.hours * PER_HOUR
+
+    stream_ids: list[int] = field(default_factory=list)
+
+    @property
+    def store(self) -> KubeJobStore:
+        return KubeJobStore(self.api, self.namespace)
+
+    def job(self, **spec: Any) -> Path:
+        data = {
+            "apiVersion": "primus.dev/v1alpha1",
+            "kind": "PrimusData",
+            "metadata": {"name": "hybrid"},
+            "spec": {
+                "window": {"start": T0.isoformat(), "end": (T0 + timedelta(hours=self.hours)).isoformat()},
+                "planning": {"target_rows_per_task": 2000, "min_rows_per_task": 1000},
+                "sources": [
+                    {
+                        "name": "history",
+                        "type": "files",
+                        "format": "parquet",
+                        "uri": f"file://{STORE}",
+                        "path_template": "{date}/{hour}",
+                        "granularity": "hour",
+                        "schema": SCHEMA,
+                    },
+                    {
+                        "name": "events",
+                        "type": "kafka",
+                        "bootstrap_servers": self.pod_bootstrap,
+                        "topic": self.topic,
+                        "event_time_field": "ts",
+                        "start": {"policy": "earliest"},
+                        "group_id": f"{self.topic}-trainer",
+                        "schema": SCHEMA,
+                    },
+                ],
+                "mixture": [
+                    {"source": "history", "weight": 0.8, "priority": 0},
+                    {"source": "events", "weight": 0.2, "priority": 1},
+                ],
+            },
+        }
+        training = {
+            "apiVersion": "primus.dev/v1alpha1",
+            "kind": "PrimusTraining",
+            "metadata": {"name": "t"},
+            "spec": {
+                "mode": "mixed",
+                "batch_size": 20,
+                "checkpoint": {"every_steps": 50, "every_s": 0.0},
+                # The stream's records are from the history's last hour: aged by the wall clock, not
+                # held back until a replay of the history reaches them.
+                "mixing": {"shuffle": {"buffer_rows": 0}, "freshness": {"clock": "wall"}},
+            },
+        }
+        kubernetes = {
+            "namespace": self.namespace,
+            "image": self.images[DATA],
+            "images": {"trainer": self.images[TRAINER]},
+            "image_pull_policy": "Never",  # imported into the node: nothing can be pulled here
+            "volumes": [
+                {"name": "work", "persistent_volume_claim": {"claim_name": "primus-work"}},
+                {"name": "scratch", "empty_dir": {"size_limit": "256Mi"}},
+                {"name": "extra", "config_map": {"name": "primus-extra"}},
+            ],
+            "mounts": {
+                "master": [
+                    {"volume": "work", "path": STORE, "sub_path": "store", "read_only": True},
+                    {"volume": "work", "path": "/var/lib/primus", "sub_path": "home"},
+                ],
+                "data": [{"volume": "work", "path": STORE, "sub_path": "store", "read_only": True}],
+                "trainer": [
+                    {"volume": "work", "path": "/var/lib/primus", "sub_path": "home"},
+                    {"volume": "scratch", "path": "/tmp/scratch"},
+                    {"volume": "extra", "path": "/etc/primus-extra", "read_only": True},
+                ],
+            },
+        }
+        job = {
+            "apiVersion": "primus.dev/v1alpha1",
+            "kind": "PrimusJob",
+            "metadata": {"name": self.name},
+            "spec": {
+                "data": "data.yaml",
+                "training": "training.yaml",
+                "passthrough": ["row_id"],
+                "control": {"host": "0.0.0.0"},  # a pod's own address; peers dial its pod IP
+                "roles": {
+                    "data": {"replicas": {"min": 2}, "resources": {"cpu": "250m", "memory": "768Mi"}},
+                    "trainer": {"resources": {"cpu": "900m", "memory": "3Gi"}},
+                },
+                "scaling": {"enabled": False},
+                "data_service": {"batch_rows": 500, "window": 2, "master_grace_s": 180.0},
+                "backend": {"type": "kubernetes", "kubernetes": kubernetes},
+                **spec,
+            },
+        }
+        for name, doc in (("data.yaml", data), ("training.yaml", training), ("job.yaml", job)):
+            (self.docs / name).write_text(yaml.safe_dump(doc, sort_keys=False))
+        return self.docs / "job.yaml"
+
+    # --- looking at it -----------------------------------------------------------------------------
+
+    def record(self) -> JobRecord:
+        return self.store.get(self.name)
+
+    def wait(self, what: str, predicate: Callable[[JobRecord], bool], timeout_s: float = 300) -> JobRecord:
+        try:
+            return wait_for(self.store, self.name, predicate, timeout_s)
+        except TimeoutError as exc:
+            raise AssertionError(f"{what}: {exc}\n{self.diagnostics()}") from None
+
+    def pods(self) -> dict[str, dict[str, Any]]:
+        listing = self.api.get(
+            resource_path("v1", "pods", self.namespace), labelSelector=f"primus.dev/job={self.name}"
+        )
+        return {p["metadata"]["name"]: p for p in listing["items"]}
+
+    def wait_pods(self, what: str, predicate: Callable[[dict[str, dict[str, Any]]], bool],
+                  timeout_s: float = 300) -> dict[str, dict[str, Any]]:  # fmt: skip
+        deadline = time.monotonic() + timeout_s
+        while not predicate(pods := self.pods()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: pods {sorted(pods)}\n{self.diagnostics()}")
+            time.sleep(0.25)  # the API server's state: polled like kubectl get -w would show it
+        return pods
+
+    def log(self, pod: str, previous: bool = False) -> str:
+        try:
+            path = resource_path("v1", "pods", self.namespace, pod) + "/log"
+            return self.api.get_text(path, **({"previous": "true"} if previous else {}))
+        except KubeError as exc:
+            return f"(no log: {exc})"
+
+    def diagnostics(self) -> str:
+        lines = []
+        for name, pod in sorted(self.pods().items()):
+            status = pod.get("status") or {}
+            lines.append(
+                f"--- {name} {status.get('phase')} {json.dumps(status.get('containerStatuses'))[:600]}"
+            )
+            lines.append(self.log(name)[-2500:])
+        events = self.api.get(resource_path("v1", "events", self.namespace)).get("items", [])
+        lines += [f"event {e.get('reason')}: {e.get('message')}" for e in events[-30:]]
+        return "\n".join(lines)
+
+    def client(self) -> ControlClient:
+        record = self.wait(
+            "the master's control API", lambda r: bool((r.status.get("master") or {}).get("api"))
+        )
+        return ControlClient(record.status["master"]["api"], read_token(self.api, self.namespace, self.name))
+
+    def trace(self) -> Path:
+        return self.volume / "home" / "jobs" / self.name / "trace.jsonl"
+
+    def trace_steps(self) -> list[int]:
+        """The step of every trace record, in the order written (a restart goes back to its
+        checkpoint's step)."""
+        steps = []
+        for line in self.trace().read_text().splitlines() if self.trace().exists() else []:
+            try:
+                steps.append(json.loads(line)["step"])
+            except ValueError:
+                continue
+        return steps
+
+    def produce_stream(self, rows: int, seed: int) -> None:
+        from airflow_provider_primus.data.sources.kafka import produce
+
+        table = events(self.history_rows + len(self.stream_ids), rows, T0 + timedelta(hours=self.hours), seed)
+        produce(self.bootstrap, self.topic, to_json(table))
+        self.stream_ids += table.column("row_id").to_pylist()
+
+
+def _own(path: Path) -> None:
+    os.chown(path, POD_USER, POD_USER)
+    path.chmod(0o755)
+
+
+def make_world(api: KubeApi, root: Path, bootstrap: str, pod_bootstrap: str,
+               images: dict[str, str], *, hours: int = HOURS) -> PodJobWorld:  # fmt: skip
+    """The namespace (CRD, RBAC), the volume (a hostPath PersistentVolume bound to the job's claim by
+    kube-controller-manager), the history on it, a ConfigMap to mount, a topic with records."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    namespace = f"real-{uuid.uuid4().hex[:6]}"
+    install_crd(api)
+    api.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    for doc in rbac(namespace):
+        apply(api, doc)
+    volume, docs = root / "volume", root / "docs"
+    docs.mkdir(parents=True)
+    for sub in ("", "home", "store"):
+        (volume / sub).mkdir(parents=True, exist_ok=True)
+        _own(volume / sub)
+    for h in range(hours):
+        t = T0 + timedelta(hours=h)
+        part = volume / "store" / t.strftime("%Y-%m-%d") / t.strftime("%H")
+        part.mkdir(parents=True)
+        pq.write_table(
+            events(h * PER_HOUR, PER_HOUR, t, seed=h), part / "part-0.parquet", row_group_size=1000
+        )
+    pv = f"primus-work-{namespace}"
+    api.create("/api/v1/persistentvolumes", {
+        "metadata": {"name": pv},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "primus-local",
+                 "hostPath": {"path": str(volume), "type": "Directory"}},
+    })  # fmt: skip
+    api.create(resource_path("v1", "persistentvolumeclaims", namespace), {
+        "metadata": {"name": "primus-work"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "primus-local", "volumeName": pv,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })  # fmt: skip
+    extra = {"metadata": {"name": "primus-extra"}, "data": {"note": "mounted on the trainer"}}
+    api.create(resource_path("v1", "configmaps", namespace), extra)
+    topic = f"clicks-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="primus-tests")
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+    finally:
+        admin.close()
+    world = PodJobWorld(api, namespace, volume, docs, bootstrap, pod_bootstrap, topic, images, hours=hours)
+    claim = resource_path("v1", "persistentvolumeclaims", namespace, "primus-work")
+    deadline = time.monotonic() + 60
+    while api.get(claim).get("status", {}).get("phase") != "Bound":
+        assert time.monotonic() < deadline, f"the claim was not bound: {api.get(claim).get('status')}"
+        time.sleep(0.2)  # kube-controller-manager's binder
+    return world
+
+
+# --- the checks --------------------------------------------------------------------------------------
+
+
+def ended(record: JobRecord) -> bool:
+    return record.status.get("phase") in TERMINAL
+
+
+def step(record: JobRecord) -> int:
+    return int((record.status.get("progress") or {}).get("trainer_step") or 0)
+
+
+def running_pod(pods: dict[str, dict[str, Any]], name: str) -> bool:
+    pod = pods.get(name)
+    if pod is None or pod["metadata"].get("deletionTimestamp"):
+        return False
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return pod["status"].get("phase") == "Running" and all(s.get("ready") for s in statuses)
+
+
+def cpu_of(record: JobRecord, name: str) -> float:
+    return float(executor_state(record, name)["handle"]["allotment"]["cpu"])
+
+
+def executor_state(record: JobRecord, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = (record.status.get("executors") or {}).get(name) or {}
+    return found
+
+
+def assert_exactly_once(world: PodJobWorld) -> None:
+    rows = trace_rows(world.trace())
+    expected = Counter(range(world.history_rows)) + Counter(world.stream_ids)
+    assert len(rows) == sum(expected.values()), f"{len(rows)} rows trained, {sum(expected.values())} planned"
+    assert Counter(rows) == expected
+
+
+# --- fixtures ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def node_images(project_images: dict[str, ProjectImage], real_cluster: LocalCluster) -> dict[str, str]:
+    """Both images imported into the node's containerd (pods use ``imagePullPolicy: Never``)."""
+    for image in project_images.values():
+        import_image(real_cluster, image)
+    return {target: image.name for target, image in project_images.items()}
+
+
+@pytest.fixture(scope="module")
+def pod_kafka(kafka_dist: KafkaDistribution, real_cluster: LocalCluster, session_tmp: Path) -> Iterator[
+        EmbeddedKafka]:  # fmt: skip
+    """A broker that also listens on the node's address on the pods' bridge (pods cannot reach this
+    machine's loopback), advertising that address to clients that connect there."""
+    from tests.conftest import KAFKA_INSTANCE
+
+    assert real_cluster.state is not None
+    broker = EmbeddedKafka(kafka_dist, session_tmp / "kafka-pods", instance=KAFKA_INSTANCE,
+                           also_on=real_cluster.state.node_ip)  # fmt: skip
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def pod_world(
+    real_cluster: LocalCluster,
+    node_images: dict[str, str],
+    pod_kafka: EmbeddedKafka,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Callable[[int], PodJobWorld]]:
+    """Makes a world of ``hours`` of history in a namespace of its own."""
+    monkeypatch.setenv("PRIMUS_HOME", str(tmp_path / "primus-home"))
+    assert pod_kafka.state is not None and pod_kafka.state.external_bootstrap_servers is not None
+    bootstrap, pod_bootstrap = pod_kafka.state.bootstrap_servers, pod_kafka.state.external_bootstrap_servers
+    with real_cluster.cluster_state.api_client() as client:
+        api = KubeApi(client)
+        yield lambda hours: make_world(api, tmp_path, bootstrap, pod_bootstrap, node_images, hours=hours)
+
+
+# --- the test ------------------------------------------------------------------------------------------
+
+
+def test_a_job_in_real_pods_survives_its_pods_deaths_and_trains_exactly_once(
+    pod_world: Callable[[int], PodJobWorld],
+) -> None:
+    run_fault_job(pod_world(HOURS))
+
+
+def test_the_airflow_operator_runs_a_job_in_pods_and_the_sensor_follows_it(
+    pod_world: Callable[[int], PodJobWorld], real_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PrimusSubmitJobOperator(backend="kubernetes") through a cncf-kubernetes connection submits
+    the job and starts its master pod; it waits for the end, and PrimusJobSensor, through a
+    ``primus`` connection for that namespace, follows it to ``Succeeded``."""
+    from airflow_provider_primus.operators.job import PrimusSubmitJobOperator
+    from airflow_provider_primus.sensors.job import PrimusJobSensor
+    from tests.operators.test_job_operators import context
+
+    world = pod_world(1)
+    kubeconfig = real_cluster.cluster_state.kubeconfig(ADMIN)
+    kube_conn = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}
+    extra = {"backend": "kubernetes", "namespace": world.namespace, "kubernetes_conn_id": "primus_pods_kube"}
+    primus_conn = {"conn_type": "primus", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_PRIMUS_PODS_KUBE", json.dumps(kube_conn))
+    monkeypatch.setenv("AIRFLOW_CONN_PRIMUS_PODS", json.dumps(primus_conn))
+    world.produce_stream(200, seed=3)
+    op = PrimusSubmitJobOperator(
+        task_id="train", job=str(world.job()), name=world.name, backend="kubernetes",
+        namespace=world.namespace, kubernetes_conn_id="primus_pods_kube", deferrable=False,
+        poll_interval=1.0, report_every_s=30.0,
+    )  # fmt: skip
+    result = op.execute(context())
+    assert result["phase"] == "Succeeded", f"{result}\n{world.diagnostics()}"
+    master = world.api.get(resource_path("v1", "pods", world.namespace, f"{world.name}-master"))
+    assert master["metadata"]["ownerReferences"][0]["kind"] == "PrimusJob"  # the operator's master pod
+    sensor = PrimusJobSensor(task_id="done", job=world.name, primus_conn_id="primus_pods", poke_interval=1.0)
+    followed = sensor.execute(context())
+    assert followed["phase"] == "Succeeded" and followed["job"] == world.name
+    assert_exactly_once(world)
+
+
+def run_fault_job(world: PodJobWorld) -> None:
+    world.produce_stream(STREAM_ROWS, seed=7)
+    submit(world.job(), store=world.store)
+    master = start_master_pod(world.store, world.name)
+    assert master["spec"]["serviceAccountName"] == "primus-master"
+    first = world.wait("the trainer trains", lambda r: step(r) > 0, timeout_s=600)
+    assert first.status["phase"] == "Running", first.status
+    pods = world.pods()
+    assert sorted(pods) == ["job-data-0-0", "job-data-1-0", "job-master", "job-trainer-0-0"]
+    trainer_spec = pods["job-trainer-0-0"]["spec"]
+    assert trainer_spec["containers"][0]["image"] == world.images[TRAINER]
+    assert pods["job-data-0-0"]["spec"]["containers"][0]["image"] == world.images[DATA]
+    kinds = {v["name"]: next(k for k in v if k != "name") for v in trainer_spec["volumes"]}
+    assert {kinds["v-work"], kinds["v-scratch"], kinds["v-extra"]} == {
+        "persistentVolumeClaim", "emptyDir", "configMap"}  # fmt: skip
+    ips = {n: p["status"]["podIP"] for n, p in pods.items()}
+    assert all(ip.startswith("10.88.") for ip in ips.values()), ips
+    assert ips["job-master"] in first.status["master"]["api"]
+
+    # A checkpoint exists; then the pass is slowed (an in-place resize, which the kubelet applies) so
+    # that every fault lands mid-pass.
+    world.wait("a checkpoint", lambda r: step(r) > 60)
+    world.client().resize("trainer-0", cpu=0.05)
+    world.wait("the trainer slowed", lambda r: cpu_of(r, "trainer-0") == 0.05)
+
+    # (a) A data executor pod force-deleted (grace 0): its leases go back; a new incarnation serves.
+    world.api.delete(resource_path("v1", "pods", world.namespace, "job-data-0-0"), {"gracePeriodSeconds": 0})
+    world.wait_pods("data-0's new incarnation", lambda p: running_pod(p, "job-data-0-1"))
+    world.wait("data-0 running again", lambda r: executor_state(r, "data-0").get("state") == "running")
+
+    # (c) The master pod deleted; its successor (started as the Airflow hook starts it) re-adopts the
+    # running pods — the same pods, nothing launched twice — and tells them its new address.
+    live = {n: e["handle"]["ref"]["pod"] for n, e in world.record().status["executors"].items()
+            if e["state"] == "running"}  # fmt: skip
+    before = {pod: world.pods()[pod]["metadata"]["uid"] for pod in live.values()}
+    launched = sum(1 for e in world.store.events(world.name) if e.type == "ExecutorLaunched")
+    old_master = pods["job-master"]["metadata"]["uid"]
+    world.api.delete(resource_path("v1", "pods", world.namespace, "job-master"))
+    world.wait_pods("the master pod gone", lambda p: "job-master" not in p, timeout_s=120)
+    assert not ended(world.record())
+    start_master_pod(world.store, world.name)
+    world.wait("the successor adopts", lambda _: sum(
+        1 for e in world.store.events(world.name) if e.type == "ExecutorAdopted") >= len(live))  # fmt: skip
+    pods = world.wait_pods("the successor's pod", lambda p: running_pod(p, "job-master"))
+    assert pods["job-master"]["metadata"]["uid"] != old_master
+    successor = pods["job-master"]["status"]["podIP"]
+    world.wait(
+        "the successor's control API",
+        lambda r: successor in ((r.status.get("master") or {}).get("api") or ""),
+    )
+    assert {pod: pods[pod]["metadata"]["uid"] for pod in live.values()} == before, "the same pods, adopted"
+    for pod in live.values():  # each told the new dispatcher's address (read from a downward API file)
+        assert pods[pod]["metadata"]["annotations"]["primus.dev/dispatcher"].startswith(
+            f"grpc://{successor}:"
+        )
+
+    # (b) The trainer's CPU back, then its pod killed; its successor resumes from the last checkpoint
+    # (on the volume) and the pass goes on to the end.
+    world.client().resize("trainer-0", cpu=0.9)
+    world.wait("the trainer's CPU back", lambda r: cpu_of(r, "trainer-0") == 0.9)
+    killed_at = max(world.trace_steps())
+    assert not ended(world.record()), "the pass must still run when its trainer is killed"
+    world.api.delete(
+        resource_path("v1", "pods", world.namespace, "job-trainer-0-0"), {"gracePeriodSeconds": 0}
+    )
+    world.wait_pods("the trainer's new incarnation", lambda p: "job-trainer-0-1" in p)
+
+    done = world.wait("the job ends", ended, timeout_s=900)
+    assert done.status["phase"] == "Succeeded", f"{done.status.get('message')}\n{world.diagnostics()}"
+    events = [e.type for e in world.store.events(world.name)]
+    # Launched: 2 data + 1 trainer, then data-0 and trainer-0 again; none by the successor master.
+    assert events.count("ExecutorLaunched") == launched + 1 == 5, events
+    steps = world.trace_steps()
+    resumed = next(steps[i] for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
+    assert 50 < resumed <= killed_at + 1, f"the trainer resumed at step {resumed}, killed at {killed_at}"
+    assert_exactly_once(world)

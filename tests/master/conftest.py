@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from airflow_provider_primus.master.store import SqliteJobStore
-from tests.training.conftest import T0, events, history_source
+from tests.training.conftest import SCHEMA, T0, events, history_source
 
 
 @dataclass
@@ -53,6 +53,35 @@ class JobWorld:
 
     def trace_rows(self, name: str = "job") -> list[int]:
         return trace_rows(self.home / "jobs" / name / "trace.jsonl")
+
+    def add_stream(
+        self, bootstrap_servers: str, topic: str, weights: tuple[float, float], priority: int
+    ) -> dict[str, Any]:
+        """Make the job mixed: the topic as a second source ``events`` (read from the earliest
+        offset, ``priority`` against the history's 0), mixed ``weights`` (history, events). Returns
+        the data document, written back, for further changes."""
+        data: dict[str, Any] = yaml.safe_load(self.data_path.read_text())
+        data["spec"]["sources"].append(
+            {
+                "name": "events",
+                "type": "kafka",
+                "bootstrap_servers": bootstrap_servers,
+                "topic": topic,
+                "event_time_field": "ts",
+                "start": {"policy": "earliest"},
+                "group_id": f"{topic}-trainer",
+                "schema": SCHEMA,
+            }
+        )
+        data["spec"]["mixture"] = [
+            {"source": "history", "weight": weights[0], "priority": 0},
+            {"source": "events", "weight": weights[1], "priority": priority},
+        ]
+        self.data_path.write_text(yaml.safe_dump(data))
+        training = yaml.safe_load(self.training_path.read_text())
+        training["spec"]["mode"] = "mixed"
+        self.training_path.write_text(yaml.safe_dump(training))
+        return data
 
 
 def trace_rows(path: Path) -> list[int]:

@@ -20,7 +20,7 @@ from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord
 from tests.master.conftest import JobWorld, trace_rows_of_group
 from tests.master.test_master import ended, event_types, executor, running, slowed, until
-from tests.training.conftest import SCHEMA, T0, events, to_json
+from tests.training.conftest import T0, events, to_json
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -133,28 +133,9 @@ def test_two_trainers_share_files_and_stream_partitions_exactly_once_through_a_k
     topic = new_topic("shared", partitions=2)
     stream_rows = 2000
     produce(kafka_broker.bootstrap_servers, topic, to_json(events(job_world.rows, stream_rows, T0, seed=9)))
-    data = yaml.safe_load(job_world.data_path.read_text())
-    data["spec"]["sources"].append(
-        {
-            "name": "events",
-            "type": "kafka",
-            "bootstrap_servers": kafka_broker.bootstrap_servers,
-            "topic": topic,
-            "event_time_field": "ts",
-            "start": {"policy": "earliest"},
-            "group_id": f"{topic}-trainer",
-            "schema": SCHEMA,
-        }
-    )
-    data["spec"]["mixture"] = [
-        {"source": "history", "weight": 0.75, "priority": 0},
-        {"source": "events", "weight": 0.25, "priority": 0},
-    ]
+    data = job_world.add_stream(kafka_broker.bootstrap_servers, topic, (0.75, 0.25), priority=0)
     data["spec"]["window"]["end"] = (T0 + timedelta(hours=4)).isoformat()
     job_world.data_path.write_text(yaml.safe_dump(data))
-    training = yaml.safe_load(job_world.training_path.read_text())
-    training["spec"]["mode"] = "mixed"
-    job_world.training_path.write_text(yaml.safe_dump(training))
     submit(job_world.job(**group(2)), store=job_world.store)
     with running(job_world) as master:
         with slowed(job_world, master):

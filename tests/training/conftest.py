@@ -108,7 +108,8 @@ class World:
         table = events(self.next_id, rows, T0 + timedelta(hours=hour), seed)
         self.next_id += rows
         self.produce(to_json(table))
-        return table.column("row_id").to_pylist()
+        ids: list[int] = table.column("row_id").to_pylist()
+        return ids
 
     def training(self, path: Path, **spec: Any) -> Path:
         doc = {

@@ -36,7 +36,7 @@ from airflow_provider_primus.yarn.rest import ResourceManager, node_containers
 from airflow_provider_primus.yarn.submission import backend_factory
 from tests.master.conftest import JobWorld
 from tests.master.test_master import assert_exactly_once, ended, executor
-from tests.training.conftest import SCHEMA, T0, events, to_json
+from tests.training.conftest import T0, events, to_json
 
 pytestmark = [pytest.mark.yarn, pytest.mark.timeout(600)]
 
@@ -193,28 +193,9 @@ def test_a_window_on_hdfs_mixed_with_a_kafka_topic_trains_exactly_once(
     shutil.rmtree(yarn_world.root / "store")  # nothing is read from the local copy
     topic = new_topic("yarn-mixed")
     produce(kafka_broker.bootstrap_servers, topic, to_json(events(yarn_world.rows, STREAM_ROWS, T0, seed=7)))
-    data = yaml.safe_load(yarn_world.data_path.read_text())
+    data = yarn_world.add_stream(kafka_broker.bootstrap_servers, topic, (0.7, 0.3), priority=1)
     data["spec"]["sources"][0]["uri"] = f"{yarn_cluster.fs_default}{root}/store"
-    data["spec"]["sources"].append(
-        {
-            "name": "events",
-            "type": "kafka",
-            "bootstrap_servers": kafka_broker.bootstrap_servers,
-            "topic": topic,
-            "event_time_field": "ts",
-            "start": {"policy": "earliest"},
-            "group_id": f"{topic}-trainer",
-            "schema": SCHEMA,
-        }
-    )
-    data["spec"]["mixture"] = [
-        {"source": "history", "weight": 0.7, "priority": 0},
-        {"source": "events", "weight": 0.3, "priority": 1},
-    ]
     yarn_world.data_path.write_text(yaml.safe_dump(data))
-    training = yaml.safe_load(yarn_world.training_path.read_text())
-    training["spec"]["mode"] = "mixed"
-    yarn_world.training_path.write_text(yaml.safe_dump(training))
     yarn = {"am_memory": "256Mi", "conf_dir": str(yarn_cluster.conf_dir)}
     submit(yarn_world.job(**{**YARN_JOB, "backend": {"type": "yarn", "yarn": yarn}}), store=yarn_world.store)
     with running(yarn_world):

@@ -61,6 +61,7 @@ from airflow_provider_primus.tls import ADVERTISE_ENV, TLS_DIR_ENV, TLS_MOUNT, t
 log = logging.getLogger(__name__)
 
 CONTAINER = "executor"
+POD_FS_GROUP = 10001  # the project image's user and group (docker/Dockerfile); any group would do
 # Where the pod's dispatcher is: an annotation the master sets at launch and rewrites when a new
 # master (a new pod, a new IP) adopts the pod; the pod reads it from a downward API file.
 DISPATCHER_ANNOTATION = "primus.dev/dispatcher"
@@ -217,7 +218,9 @@ class KubernetesBackend:
             container["readinessProbe"] = {"tcpSocket": {"port": "flight"}, "periodSeconds": 5}
         volumes, mounts = pod_storage(self.t.job, list(self.t.documents), self.t.settings, role)
         if tls:  # the job's CA: the executor issues itself a certificate for its pod's address
-            secret = {"secretName": tls_secret_name(self.t.job), "defaultMode": 0o400}
+            # Group-readable for the pod's fsGroup (below): the image runs as a non-root user, which
+            # could not read a root-owned 0400 file, and no one outside the pod's group can.
+            secret = {"secretName": tls_secret_name(self.t.job), "defaultMode": 0o440}
             volumes.append({"name": "tls", "secret": secret})
             mounts.append({"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True})
         location = _argument(command, "--dispatcher")
@@ -234,6 +237,9 @@ class KubernetesBackend:
             "restartPolicy": "Never",
             "containers": [container],
             "enableServiceLinks": False,
+            # Volumes (the CA Secret, a claim) are group-owned by this group, which the container's
+            # process holds whatever user the image runs as.
+            **({"securityContext": {"fsGroup": POD_FS_GROUP}} if tls else {}),
             "volumes": volumes,
         }
         if self.t.service_account:

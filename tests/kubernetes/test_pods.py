@@ -240,7 +240,8 @@ def test_a_tls_job_mounts_its_ca_secret_and_an_asked_wildcard_is_kept(
     env_vars = {e["name"]: e for e in c["env"]}
     assert env_vars["PRIMUS_TLS_DIR"] == {"name": "PRIMUS_TLS_DIR", "value": "/var/run/primus/tls"}
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    assert volumes["tls"]["secret"] == {"secretName": "j-tls", "defaultMode": 0o400}
+    assert volumes["tls"]["secret"] == {"secretName": "j-tls", "defaultMode": 0o440}
+    assert pod["spec"]["securityContext"] == {"fsGroup": 10001}  # a non-root image user reads it
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     assert mounts["tls"] == {"name": "tls", "mountPath": "/var/run/primus/tls", "readOnly": True}
     assert c["command"][-4:] == ["--host", "0.0.0.0", "--port", "50051"]

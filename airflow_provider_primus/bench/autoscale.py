@@ -33,7 +33,7 @@ import yaml
 
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master
-from airflow_provider_primus.master.store import SqliteJobStore
+from airflow_provider_primus.master.store import JobStore, SqliteJobStore
 from airflow_provider_primus.resources.telemetry import Sample
 
 # A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.
@@ -215,16 +215,7 @@ def run_job(
     master = Master(name, store, home=home, tick_s=0.25, on_status=on_status)
     thread = threading.Thread(target=master.run, daemon=True)
     thread.start()
-    thread.join(timeout=1800)
-    if thread.is_alive():
-        master.request({"stop": True})
-        thread.join(timeout=60)
-        raise BenchmarkError(f"{name}: did not finish in 30 minutes")
-    status = store.get(name).status
-    if status["phase"] != "Succeeded":
-        raise BenchmarkError(f"{name}: {status['phase']}: {status['message']}")
-    if status["progress"]["acked_rows"] != rows:
-        raise BenchmarkError(f"{name}: {status['progress']['acked_rows']} rows acknowledged, {rows} planned")
+    status = finish(master, thread, store, name, rows)
     t0 = next(t for t, a in acked if a > 0)
     t1 = next(t for t, a in acked if a >= rows)
     return {
@@ -339,3 +330,20 @@ def run(
         "window_s": window_s,
         "cooldown_s": cooldown_s,
     }
+
+
+def finish(master: Master, thread: threading.Thread, store: JobStore, name: str, rows: int) -> dict[str, Any]:
+    """Wait for a benchmark's job (its master running in ``thread``) and return its final status; a
+    job that did not end within 30 minutes, did not succeed or did not acknowledge every planned row
+    makes the figures meaningless: an error, whatever the backend."""
+    thread.join(timeout=1800)
+    if thread.is_alive():
+        master.request({"stop": True})
+        thread.join(timeout=60)
+        raise BenchmarkError(f"{name}: did not finish in 30 minutes")
+    status: dict[str, Any] = store.get(name).status
+    if status["phase"] != "Succeeded":
+        raise BenchmarkError(f"{name}: {status['phase']}: {status['message']}")
+    if status["progress"]["acked_rows"] != rows:
+        raise BenchmarkError(f"{name}: {status['progress']['acked_rows']} rows acknowledged, {rows} planned")
+    return status

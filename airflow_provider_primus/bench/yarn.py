@@ -29,17 +29,13 @@ from typing import Any
 import numpy as np
 import yaml
 
-from airflow_provider_primus.bench.autoscale import documents, write_logs
+from airflow_provider_primus.bench.autoscale import BenchmarkError, documents, finish, write_logs
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import SqliteJobStore
 from airflow_provider_primus.resources.backend import Allotment
 
 __all__ = ["BenchmarkError", "run"]
-
-
-class BenchmarkError(RuntimeError):
-    pass
 
 
 def _job(root: Path, name: str, executors: int, yarn: dict[str, Any] | None) -> Path:
@@ -104,17 +100,10 @@ def _run_job(root: Path, name: str, rows: int, executors: int, yarn: dict[str, A
                 raise BenchmarkError(f"resize of {handle.name} not applied: {resize}")
             resizes.append((resize["applied_at"] - resize["asked_at"]) / 1000)
         master.executors.all["data-0"].handle = handle
-    thread.join(timeout=1800)
-    done.set()
-    if thread.is_alive():
-        master.request({"stop": True})
-        thread.join(timeout=60)
-        raise BenchmarkError(f"{name}: did not finish in 30 minutes")
-    status = store.get(name).status
-    if status["phase"] != "Succeeded":
-        raise BenchmarkError(f"{name}: {status['phase']}: {status['message']}")
-    if status["progress"]["acked_rows"] != rows:
-        raise BenchmarkError(f"{name}: {status['progress']['acked_rows']} rows acknowledged, {rows} planned")
+    try:
+        finish(master, thread, store, name, rows)
+    finally:
+        done.set()
     # From the first data executor serving to the last row acknowledged, on either backend.
     t0 = min(registered.values())
     t1 = next(t for t, a in acked if a >= rows)

@@ -49,16 +49,18 @@ def slowed(world: JobWorld, master: Master) -> Iterator[JobRecord]:
 
 
 @contextmanager
-def running(world: JobWorld, name: str = "job") -> Iterator[Master]:
-    master = Master(name, world.store, tick_s=0.2)
-    thread = threading.Thread(target=master.run, daemon=True)
+def running(world: JobWorld, name: str = "job", *, join_s: float = 60.0, **master: Any) -> Iterator[Master]:
+    """A master for the world's job in a thread (``master``: more Master arguments, a backend
+    factory); stopped on the way out if the job has not ended."""
+    m = Master(name, world.store, tick_s=0.2, **master)
+    thread = threading.Thread(target=m.run, daemon=True)
     thread.start()
     try:
-        yield master
+        yield m
     finally:
         if thread.is_alive():
-            master.request({"stop": True})
-        thread.join(timeout=60)
+            m.request({"stop": True})
+        thread.join(timeout=join_s)
 
 
 def until(world: JobWorld, predicate: Callable[[JobRecord], bool], timeout_s: float = 120) -> JobRecord:

@@ -10,11 +10,10 @@ import getpass
 import os
 import shutil
 import signal
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psutil
@@ -36,6 +35,7 @@ from airflow_provider_primus.yarn.rest import ResourceManager, node_containers
 from airflow_provider_primus.yarn.submission import backend_factory
 from tests.master.conftest import JobWorld
 from tests.master.test_master import assert_exactly_once, ended, executor
+from tests.master.test_master import running as master_running
 from tests.training.conftest import T0, events, to_json
 
 pytestmark = [pytest.mark.yarn, pytest.mark.timeout(600)]
@@ -53,17 +53,9 @@ YARN_JOB: dict[str, Any] = {
 }
 
 
-@contextmanager
-def running(world: JobWorld) -> Iterator[Master]:
-    master = Master("job", world.store, tick_s=0.2, backend_factory=backend_factory(launch_wait_s=90.0))
-    thread = threading.Thread(target=master.run, daemon=True)
-    thread.start()
-    try:
-        yield master
-    finally:
-        if thread.is_alive():
-            master.request({"stop": True})
-        thread.join(timeout=90)
+def running(world: JobWorld) -> AbstractContextManager[Master]:
+    """The master tests' running master, on YARN (containers take longer to come and go)."""
+    return master_running(world, join_s=90.0, backend_factory=backend_factory(launch_wait_s=90.0))
 
 
 def until(world: JobWorld, predicate: Callable[[JobRecord], bool], timeout_s: float = 240) -> JobRecord:

@@ -336,7 +336,7 @@ class KubernetesBackend:
         now = time.monotonic()
         out: dict[str, Observation] = {}
         for h in handles:
-            pod = self.informer.get(h.ref["pod"])
+            pod = self._current(h)
             with self._lock:
                 ours = self._terminated.get(h.ref["pod"])
             if pod is None or pod["metadata"].get("uid") != h.ref.get("uid"):
@@ -352,6 +352,21 @@ class KubernetesBackend:
                 out[h.name] = Observation(h.name, now, True)
         self._collect_orphans(handles)
         return out
+
+    def _current(self, handle: Handle) -> dict[str, Any] | None:
+        """The handle's pod as the informer has it or, where the informer has not (yet) seen that
+        pod, as the API server has it. A pod created a moment ago may not have reached the watch: on
+        a loaded machine that lag took whole reconcile passes, and every such pass declared a healthy
+        new pod deleted and launched yet another incarnation."""
+        pod = self.informer.get(handle.ref["pod"])
+        if pod is not None and pod["metadata"].get("uid") == handle.ref.get("uid"):
+            return pod
+        try:
+            return self.api.get(f"{self.pods_path}/{handle.ref['pod']}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            return pod  # the API server unreachable: what the informer last knew
 
     def _collect_orphans(self, handles: Sequence[Handle]) -> None:
         """Pods of this job no executor record names (a master that died between creating a pod and

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -224,6 +225,23 @@ def test_exits_terminations_and_orphans_are_observed(
     b.observe([failing])
     assert b.informer.wait_for(lambda objs: "j-data-2-0" not in objs, timeout_s=30)
     assert ("OrphanDeleted", "data-2") in [(t, e) for t, e, _ in recorder.events]
+
+
+def test_a_pod_the_watch_has_not_delivered_yet_is_not_taken_for_deleted(
+    kube: KubeEnv, backend: tuple[KubernetesBackend, Recorder]
+) -> None:
+    """The informer lags the API server (on a loaded machine by whole reconcile passes): a pod just
+    created is still the executor's pod, and only the API server can say it is gone."""
+    b, _ = backend
+    b.informer.stop()  # the watch delivers nothing more from here: the lag made permanent
+    handle = b.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), {})
+    assert b.informer.get("j-data-0-0") is None
+    assert b.observe([handle])["data-0"].alive
+    kube.api().delete(resource_path("v1", "pods", kube.namespace, "j-data-0-0"), {"gracePeriodSeconds": 0})
+    deadline = time.monotonic() + 30
+    while (seen := b.observe([handle])["data-0"]).alive and time.monotonic() < deadline:
+        time.sleep(0.2)  # kwok finalises the deletion; the API server is asked directly each pass
+    assert (seen.alive, seen.reason) == (False, "pod deleted")
 
 
 def test_a_tls_job_mounts_its_ca_secret_and_an_asked_wildcard_is_kept(

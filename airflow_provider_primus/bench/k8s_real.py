@@ -45,10 +45,10 @@ from airflow_provider_primus.kubernetes.client import KubeApi, resource_path
 from airflow_provider_primus.kubernetes.install import apply, wait_established
 from airflow_provider_primus.kubernetes.manifests import rbac
 from airflow_provider_primus.kubernetes.store import KubeJobStore
+from airflow_provider_primus.kubernetes.submission import read_ca_cert, start_master_pod
 from airflow_provider_primus.kubernetes.submission import read_token as read_secret_token
-from airflow_provider_primus.kubernetes.submission import start_master_pod
 from airflow_provider_primus.master.client import ControlClient
-from airflow_provider_primus.master.jobs import read_token, submit
+from airflow_provider_primus.master.jobs import read_job_ca, read_token, submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobStore, SqliteJobStore
 from airflow_provider_primus.spec.crd import CRD_NAME, crd
@@ -167,7 +167,9 @@ def _local(root: Path, job: dict[str, Any], rows: int, timeout_s: float) -> floa
     thread.start()
     progress = _Progress(store, JOB)
     try:
-        api = lambda: ControlClient(store.get(JOB).status["master"]["api"], read_token(JOB, home))  # noqa: E731
+        api = lambda: ControlClient(  # noqa: E731
+            store.get(JOB).status["master"]["api"], read_token(JOB, home), ca=read_job_ca(JOB, home)
+        )
         result = _drive(progress, api, rows, timeout_s=timeout_s)
     finally:
         progress.stop()
@@ -308,6 +310,7 @@ def _pods(root: Path, job: dict[str, Any], rows: int, timeout_s: float) -> dict[
                 submit(path, store=store, home=root / "home-pods")
                 start_master_pod(store, JOB)
                 token = read_secret_token(api, NAMESPACE, JOB)
+                ca = read_ca_cert(api, NAMESPACE, JOB)  # TLS is on by default on Kubernetes
                 version = cluster.state.cgroup_version
 
                 data0 = f"{JOB}-data-0-0"
@@ -319,7 +322,7 @@ def _pods(root: Path, job: dict[str, Any], rows: int, timeout_s: float) -> dict[
 
                 result = _drive(
                     progress,
-                    lambda: ControlClient(store.get(JOB).status["master"]["api"], token),
+                    lambda: ControlClient(store.get(JOB).status["master"]["api"], token, ca=ca),
                     rows,
                     resized=resized,
                     serving=lambda asked: clock.ready_named(f"{JOB}-data-1-0", asked, 120),

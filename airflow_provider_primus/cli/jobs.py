@@ -192,12 +192,11 @@ def _client(store: Any, name: str) -> Any:
     except FileNotFoundError:
         if store.kind != "kubernetes":
             raise
-        from airflow_provider_primus.kubernetes.submission import read_ca
+        from airflow_provider_primus.kubernetes.submission import read_ca_cert
         from airflow_provider_primus.kubernetes.submission import read_token as read_secret
 
         token = read_secret(store.api, store.namespace, name)  # submitted from another machine
-        kube_ca = read_ca(store.api, store.namespace, name)
-        ca = kube_ca.cert_pem if kube_ca else None
+        ca = read_ca_cert(store.api, store.namespace, name)
     return ControlClient(api, token, ca=ca)
 
 

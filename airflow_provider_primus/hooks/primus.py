@@ -254,10 +254,9 @@ class PrimusHook(BaseHook):
         :param job: the job's name.
         """
         if self.kubernetes:
-            from airflow_provider_primus.kubernetes.submission import read_ca
+            from airflow_provider_primus.kubernetes.submission import read_ca_cert
 
-            found = read_ca(self.kube_api, self.settings["namespace"] or "default", job)
-            return found.cert_pem if found else None
+            return read_ca_cert(self.kube_api, self.settings["namespace"] or "default", job)
         return read_job_ca(job, self.home)
 
     def endpoint(self, record: JobRecord) -> str:

@@ -56,6 +56,7 @@ from airflow_provider_primus.resources.own_usage import OWN_CGROUP_ENV
 from airflow_provider_primus.spec.data import PrimusData
 from airflow_provider_primus.spec.job import KubernetesBackend as KubernetesSettings
 from airflow_provider_primus.spec.job import is_loopback
+from airflow_provider_primus.spec.training import PrimusTraining
 from airflow_provider_primus.tls import ADVERTISE_ENV, TLS_DIR_ENV, TLS_MOUNT, tls_secret_name
 
 log = logging.getLogger(__name__)
@@ -378,6 +379,11 @@ class KubernetesBackend:
             name = meta["name"]
             if name in known or meta.get("deletionTimestamp"):
                 continue
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                # A finished executor's (or an earlier incarnation's) pod: it holds no resources and
+                # keeps its log for ``kubectl logs``, as a Job's pods do; the job's deletion removes
+                # it (owner reference). Not an orphan to report.
+                continue
             if LABEL_EXECUTOR not in (meta.get("labels") or {}):
                 continue  # not an executor: the job's master pod carries the job's label too
             with self._lock:
@@ -461,12 +467,15 @@ def _termination(pod: Mapping[str, Any]) -> tuple[int | None, str]:
     return None, "exited"
 
 
-def storage_secret_env(data: PrimusData) -> list[dict[str, Any]]:
-    """The ``secretKeyRef`` env entries for every Secret the data document's sources name for their
-    object-store credentials (``storage.credentials.secret``), once per variable."""
+def storage_secret_env(data: PrimusData, training: PrimusTraining | None = None) -> list[dict[str, Any]]:
+    """The ``secretKeyRef`` env entries for every Secret the data document's sources and the
+    training document's checkpoint and publish directories name for their object-store credentials
+    (``storage.credentials.secret``), once per variable."""
     entries: dict[str, dict[str, Any]] = {}
-    for source in data.spec.sources:
-        storage = getattr(source, "storage", None)
+    storages = [getattr(source, "storage", None) for source in data.spec.sources]
+    if training is not None:
+        storages += [training.spec.checkpoint.storage, training.spec.publish.storage]
+    for storage in storages:
         secret = storage.credentials.secret if storage and storage.credentials else None
         if secret is None:
             continue

@@ -29,6 +29,8 @@ from airflow_provider_primus.kubernetes.pods import KubernetesBackend, PodTempla
 from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.spec.data import validate_data_spec
 from airflow_provider_primus.spec.job import KubernetesBackend as KubernetesSettings
+from airflow_provider_primus.spec.loader import load_training_spec
+from airflow_provider_primus.spec.training import validate_training_spec
 from airflow_provider_primus.tls import JobCa, ca_from_secret, tls_secret_name
 
 if TYPE_CHECKING:
@@ -52,6 +54,13 @@ def read_ca(api: KubeApi, namespace: str, name: str, *, key: bool = False) -> Jo
     return ca_from_secret(secret, key=key)
 
 
+def read_ca_cert(api: KubeApi, namespace: str, name: str) -> bytes | None:
+    """The job's CA certificate (PEM) that its master's and executors' certificates chain to: what
+    a client verifies them with. None for a job without TLS."""
+    found = read_ca(api, namespace, name)
+    return found.cert_pem if found else None
+
+
 def store_connections(store: KubeJobStore, name: str, env: Mapping[str, str]) -> None:
     """The job's connections Secret (``manifests.connections_secret``), made or replaced before its
     master pod starts: the master and its executor pods read the connections from it."""
@@ -72,6 +81,8 @@ def start_master_pod(store: KubeJobStore, name: str, image: str | None = None) -
     kube = record.spec["spec"].get("backend", {}).get("kubernetes") or {}
     documents = job_documents(record.spec)
     data = validate_data_spec(yaml.safe_load(documents[record.spec["spec"]["data"]]))
+    training_path = record.spec["spec"].get("training")
+    training = validate_training_spec(yaml.safe_load(documents[training_path])) if training_path else None
     settings = KubernetesSettings.model_validate(kube)
     pod = master_pod(
         name,
@@ -79,7 +90,9 @@ def start_master_pod(store: KubeJobStore, name: str, image: str | None = None) -
         image or settings.image_of("master") or DEFAULT_IMAGE,
         list(documents),
         owner_reference(store.raw(name)),
-        env=storage_secret_env(data),  # the master plans the data: it reads the store too
+        # The master plans the data: it reads the store (the training document's Secrets: one set
+        # of variables for every pod of the job).
+        env=storage_secret_env(data, training),
         kube=settings,
     )
     try:
@@ -105,7 +118,9 @@ def backend_factory(api: KubeApi, store: KubeJobStore) -> Callable[[Master], Kub
             owner=owner_reference(store.raw(master.name)),
             documents=job_documents(stored),
             service_account=kube.executor_service_account if kube else None,
-            secret_env=storage_secret_env(master.data),
+            secret_env=storage_secret_env(
+                master.data, load_training_spec(spec.training) if spec.training else None
+            ),
             settings=kube,
         )
         return KubernetesBackend(

@@ -66,18 +66,21 @@ class Group:
         world: int,
         *,
         host: str,
+        advertise: str | None = None,
         publish: Callable[[str], None],
         lookup: Callable[[], str | None],
         backend: str = "gloo",
         timeout_s: float = TIMEOUT.total_seconds(),
     ) -> Group:
-        """Form the group through a relay: the leader publishes ``host:port`` of its TCPStore,
-        the others ``lookup`` until it is there (raising if their generation is superseded)."""
+        """Form the group through a relay: the leader's TCPStore listens on ``host`` and it publishes
+        ``advertise:port`` (``advertise`` defaults to ``host``; a wildcard bind must name the address
+        peers dial), the others ``lookup`` until it is there (raising if their generation is
+        superseded)."""
         if world == 1:
             return cls()
         if rank == 0:
             store = TCPStore(host, 0, world, True, timeout=TIMEOUT, wait_for_workers=False)
-            publish(f"{host}:{store.port}")
+            publish(f"{advertise or host}:{store.port}")
         else:
             deadline = time.monotonic() + timeout_s
             while (address := lookup()) is None:

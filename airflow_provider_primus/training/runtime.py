@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import yaml
 
+from airflow_provider_primus.data.service.auth import advertised_host, bind_host
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.resources.allotment import AllotmentWatcher
@@ -242,7 +243,10 @@ class Trainer:
         return Group.meet(
             self.options.rank,
             self.options.world_size,
-            host=self.options.host,
+            # In a pod the loopback default means the pod's IP; a wildcard binds everywhere and
+            # publishes the pod's IP: the address the group's other pods dial.
+            host=bind_host(self.options.host),
+            advertise=advertised_host(bind_host(self.options.host)),
             publish=publish,
             lookup=lookup,
             backend=process_group_backend(self.device.type),

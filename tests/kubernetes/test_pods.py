@@ -225,6 +225,14 @@ def test_exits_terminations_and_orphans_are_observed(
     b.observe([failing])
     assert b.informer.wait_for(lambda objs: "j-data-2-0" not in objs, timeout_s=30)
     assert ("OrphanDeleted", "data-2") in [(t, e) for t, e, _ in recorder.events]
+    # A finished pod no handle names any more (its executor done) is kept, like a Job's, and is no
+    # orphan: it holds nothing, and its log stays readable.
+    b.observe([])
+    assert ("OrphanDeleted", "data-0") not in [(t, e) for t, e, _ in recorder.events]
+    assert (
+        kube.api().get(resource_path("v1", "pods", kube.namespace, "j-data-0-0"))["status"]["phase"]
+        == "Failed"
+    )
 
 
 def test_a_pod_the_watch_has_not_delivered_yet_is_not_taken_for_deleted(

@@ -301,6 +301,24 @@ def test_object_store_secrets_reach_executor_pods_by_secret_key_ref() -> None:
         "PRIMUS_S3_SECRET_LAKE_KEYS_ACCESS_KEY_ID": {"name": "lake-keys", "key": "access_key_id"},
         "PRIMUS_S3_SECRET_LAKE_KEYS_SECRET_ACCESS_KEY": {"name": "lake-keys", "key": "secret_access_key"},
     }
+    # Checkpoints in another bucket with their own Secret: the trainers need those keys too.
+    from airflow_provider_primus.spec.loader import load_training_spec
+
+    ckpt = {"endpoint": "http://minio:9000", "credentials": {"secret": {"name": "ckpt-keys"}}}
+    training = load_training_spec(
+        {
+            "apiVersion": "primus.dev/v1alpha1",
+            "kind": "PrimusTraining",
+            "metadata": {"name": "t"},
+            "spec": {"checkpoint": {"dir": "s3://models/ckpt", "storage": ckpt}},
+        }
+    )
+    names = [e["name"] for e in storage_secret_env(data, training)]
+    assert names == [
+        *env,
+        "PRIMUS_S3_SECRET_CKPT_KEYS_ACCESS_KEY_ID",
+        "PRIMUS_S3_SECRET_CKPT_KEYS_SECRET_ACCESS_KEY",
+    ]
 
 
 def test_role_images_volumes_and_the_dispatcher_reach_the_pod_and_an_adopter_redirects_it(

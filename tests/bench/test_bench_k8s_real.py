@@ -15,9 +15,6 @@ from tests.embedded.conftest import real_node_unavailable
 pytestmark = [
     pytest.mark.realnode,
     pytest.mark.timeout(2400),
-    # Not a gate yet: its last runs on a loaded machine failed ("data-1 failed 21 times; last: pod
-    # deleted") where the same size had just produced the recorded line; unexplained (closing note).
-    pytest.mark.skip(reason="bench k8s --real end to end: flaky on a shared machine (closing note)"),
 ]
 
 KEYS = ("rows_per_s_local", "rows_per_s_pods", "pods_ratio", "pod_ready_p50_s", "pod_ready_p95_s",

@@ -1,14 +1,17 @@
 """A PrimusJob in real pods on the real node: the master as a driver pod (the shipped RBAC, in-cluster
 credentials), data executor pods from the data image, the trainer pod from the trainer image; data
-and checkpoints on a PersistentVolume; a Kafka topic read from inside the pods. One job takes the
-three faults in turn — a data executor pod force-deleted, the master pod deleted and its successor
-re-adopting the running pods, the trainer pod killed and resumed from its checkpoint — and still
-trains every planned row and every stream record exactly once, and ends ``Succeeded``."""
+and checkpoints on a PersistentVolume; a Kafka topic read from inside the pods; every port on the
+job's TLS (on by default on Kubernetes). One job takes the three faults in turn — a data executor pod
+force-deleted, the master pod deleted and its successor re-adopting the running pods, the trainer pod
+killed and resumed from its checkpoint — and still trains every planned row and every stream record
+exactly once, and ends ``Succeeded``. Another runs two trainers with the history and the checkpoints
+on the object store, through the kill of one trainer pod."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import uuid
 from collections import Counter
@@ -18,6 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -27,26 +31,26 @@ from airflow_provider_primus.embedded.kafka.distribution import KafkaDistributio
 from airflow_provider_primus.embedded.kube.access import ADMIN
 from airflow_provider_primus.embedded.kube.local import LocalCluster
 from airflow_provider_primus.embedded.kube.project_image import DATA, TRAINER, ProjectImage
+from airflow_provider_primus.embedded.kube.relay import TcpRelay
+from airflow_provider_primus.embedded.s3 import S3State
 from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resource_path
 from airflow_provider_primus.kubernetes.install import apply
 from airflow_provider_primus.kubernetes.manifests import rbac
 from airflow_provider_primus.kubernetes.store import KubeJobStore
-from airflow_provider_primus.kubernetes.submission import read_token, start_master_pod
+from airflow_provider_primus.kubernetes.submission import read_ca_cert, read_token, start_master_pod
 from airflow_provider_primus.master.client import ControlClient
 from airflow_provider_primus.master.jobs import submit, wait_for
 from airflow_provider_primus.master.store import JobRecord
 from airflow_provider_primus.spec.status import TERMINAL
 from tests.embedded.conftest import import_image
 from tests.kube_env import install_crd
-from tests.master.conftest import trace_rows
+from tests.master.conftest import trace_rows, trace_rows_of_group
+from tests.s3_helpers import admin_fs, new_bucket
 from tests.training.conftest import SCHEMA, T0, events, to_json
 
 pytestmark = [
     pytest.mark.realnode,
     pytest.mark.timeout(3000),
-    # Passed on its branch (TLS off); since the merge with per-job TLS (on by default on Kubernetes)
-    # the job's pods run but no task is served ("data 0/2 tasks, 0 rows"): see the closing note.
-    pytest.mark.skip(reason="real-pod job with TLS on by default: no task served since the TLS merge"),
 ]
 
 POD_USER = 10001  # the images' user: what it writes on the volume must be its own
@@ -69,6 +73,9 @@ class PodJobWorld:
     images: dict[str, str]
     name: str = "job"
     hours: int = HOURS
+    trainers: int = 1
+    storage: dict[str, Any] | None = None  # the object store's settings, once the history is there
+    object_root: str | None = None  # bucket/prefix of the history (store/) and checkpoints
 
     @property
     def history_rows(self) -> int:
@@ -93,10 +100,11 @@ class PodJobWorld:
                         "name": "history",
                         "type": "files",
                         "format": "parquet",
-                        "uri": f"file://{STORE}",
+                        "uri": f"s3://{self.object_root}/store" if self.object_root else f"file://{STORE}",
                         "path_template": "{date}/{hour}",
                         "granularity": "hour",
                         "schema": SCHEMA,
+                        **({"storage": self.storage} if self.storage else {}),
                     },
                     {
                         "name": "events",
@@ -122,7 +130,15 @@ class PodJobWorld:
             "spec": {
                 "mode": "mixed",
                 "batch_size": 20,
-                "checkpoint": {"every_steps": 50, "every_s": 0.0},
+                "checkpoint": {
+                    "every_steps": 50,
+                    "every_s": 0.0,
+                    **(
+                        {"dir": f"s3://{self.object_root}/checkpoints", "storage": self.storage}
+                        if self.object_root
+                        else {}
+                    ),
+                },
                 # The stream's records are from the history's last hour: aged by the wall clock, not
                 # held back until a replay of the history reaches them.
                 "mixing": {"shuffle": {"buffer_rows": 0}, "freshness": {"clock": "wall"}},
@@ -162,7 +178,13 @@ class PodJobWorld:
                 "control": {"host": "0.0.0.0"},  # a pod's own address; peers dial its pod IP
                 "roles": {
                     "data": {"replicas": {"min": 2}, "resources": {"cpu": "250m", "memory": "768Mi"}},
-                    "trainer": {"resources": {"cpu": "900m", "memory": "3Gi"}},
+                    # Two trainers share the node's two cores with the master and two data pods.
+                    "trainer": {"resources": {"cpu": "900m", "memory": "3Gi"}}
+                    if self.trainers == 1
+                    else {
+                        "replicas": {"min": 1, "initial": self.trainers, "max": self.trainers},
+                        "resources": {"cpu": "400m", "memory": "2Gi"},
+                    },
                 },
                 "scaling": {"enabled": False},
                 "data_service": {"batch_rows": 500, "window": 2, "master_grace_s": 180.0},
@@ -223,7 +245,11 @@ class PodJobWorld:
         record = self.wait(
             "the master's control API", lambda r: bool((r.status.get("master") or {}).get("api"))
         )
-        return ControlClient(record.status["master"]["api"], read_token(self.api, self.namespace, self.name))
+        return ControlClient(
+            record.status["master"]["api"],
+            read_token(self.api, self.namespace, self.name),
+            ca=read_ca_cert(self.api, self.namespace, self.name),
+        )
 
     def trace(self) -> Path:
         return self.volume / "home" / "jobs" / self.name / "trace.jsonl"
@@ -479,7 +505,7 @@ def run_fault_job(world: PodJobWorld) -> None:
     assert {pod: pods[pod]["metadata"]["uid"] for pod in live.values()} == before, "the same pods, adopted"
     for pod in live.values():  # each told the new dispatcher's address (read from a downward API file)
         assert pods[pod]["metadata"]["annotations"]["primus.dev/dispatcher"].startswith(
-            f"grpc://{successor}:"
+            f"grpc+tls://{successor}:"  # TLS: on by default on Kubernetes
         )
 
     # (b) The trainer's CPU back, then its pod killed; its successor resumes from the last checkpoint
@@ -502,3 +528,101 @@ def run_fault_job(world: PodJobWorld) -> None:
     resumed = next(steps[i] for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
     assert 50 < resumed <= killed_at + 1, f"the trainer resumed at step {resumed}, killed at {killed_at}"
     assert_exactly_once(world)
+
+
+# --- two trainers, the object store, TLS ---------------------------------------------------------------
+
+
+@pytest.fixture
+def pods_s3(s3_server: S3State, real_cluster: LocalCluster) -> Iterator[str]:
+    """The session's S3 server as pods reach it: a relay on the node's address on the pods' bridge
+    (the server itself listens on loopback only, which a pod cannot reach)."""
+    assert real_cluster.state is not None
+    node_ip = real_cluster.state.node_ip
+    with socket.socket() as probe:
+        probe.bind((node_ip, 0))
+        port = probe.getsockname()[1]
+    relay = TcpRelay((node_ip, port), ("127.0.0.1", s3_server.s3_port)).start()
+    try:
+        yield f"http://{node_ip}:{port}"
+    finally:
+        relay.stop()
+
+
+def move_to_object_store(world: PodJobWorld, state: S3State, endpoint: str) -> str:
+    """The world's history uploaded to a fresh prefix of the session bucket, and the job's history
+    source and checkpoints pointed there, with the key pair in a Kubernetes Secret of the namespace
+    (nothing of it in a document). Returns the prefix."""
+    root = new_bucket(state, "pods")
+    fs = admin_fs(state)
+    store = world.volume / "store"
+    for part in sorted(store.rglob("*.parquet")):
+        with fs.open_output_stream(f"{root}/store/{part.relative_to(store)}") as out:
+            out.write(part.read_bytes())
+    secret = {
+        "metadata": {"name": "lake-keys"},
+        "stringData": {"access_key_id": state.access_key, "secret_access_key": state.secret_key},
+    }
+    world.api.create(resource_path("v1", "secrets", world.namespace), secret)
+    world.storage = {
+        "endpoint": endpoint,
+        "region": state.region,
+        "addressing": "path",
+        "credentials": {"secret": {"name": "lake-keys"}},
+    }
+    world.object_root = root
+    return root
+
+
+def test_two_trainers_in_pods_read_and_checkpoint_on_the_object_store_over_tls(
+    pod_world: Callable[[int], PodJobWorld], s3_server: S3State, pods_s3: str
+) -> None:
+    """Issue #22's full job on the object store and #23's trainer group in pods: the history read
+    from S3 by the master (planning) and the data executor pods, checkpoints written there by the
+    trainers, every port on the job's TLS; one trainer pod of two killed mid-run, the group restarted
+    from its checkpoint in S3, every row and record trained exactly once."""
+    world = pod_world(3)
+    root = move_to_object_store(world, s3_server, pods_s3)
+    world.trainers = 2
+    world.produce_stream(400, seed=11)
+    submit(world.job(), store=world.store)
+    start_master_pod(world.store, world.name)
+    world.wait("the group trains", lambda r: step(r) > 0, timeout_s=600)
+    record = world.record()
+    assert record.status["master"]["api"].startswith("https://")
+    pods = world.wait_pods(
+        "both trainers", lambda p: running_pod(p, "job-trainer-0-0") and running_pod(p, "job-trainer-1-0")
+    )
+    for pod in ("job-trainer-0-0", "job-trainer-1-0", "job-data-0-0"):
+        env = {e["name"]: e for e in pods[pod]["spec"]["containers"][0]["env"]}
+        assert (
+            env["PRIMUS_S3_SECRET_LAKE_KEYS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"]
+            == "lake-keys"
+        )
+        assert s3_server.secret_key not in json.dumps(pods[pod])
+        annotation = pods[pod]["metadata"].get("annotations", {}).get("primus.dev/dispatcher", "")
+        assert annotation.startswith("grpc+tls://"), annotation
+
+    # A checkpoint in the bucket, then the group slowed so that the kill lands mid-pass.
+    fs = admin_fs(s3_server)
+    world.wait("a checkpoint in the bucket", lambda _: bool(checkpoint_objects(fs, root)), timeout_s=300)
+    world.client().resize("trainer-0", cpu=0.05)
+    world.wait("the group slowed", lambda r: cpu_of(r, "trainer-0") == 0.05)
+    assert not ended(world.record())
+    world.api.delete(
+        resource_path("v1", "pods", world.namespace, "job-trainer-1-0"), {"gracePeriodSeconds": 0}
+    )
+    world.wait("the group restarted", lambda r: (r.status.get("master") or {}).get("trainer_generation") == 2)
+    world.client().resize("trainer-0", cpu=0.4)
+    done = world.wait("the job ends", ended, timeout_s=900)
+    assert done.status["phase"] == "Succeeded", f"{done.status.get('message')}\n{world.diagnostics()}"
+    assert not (world.volume / "home" / "jobs" / world.name / "checkpoints").exists()
+    rows = trace_rows_of_group(world.volume / "home", world.name)
+    expected = Counter(range(world.history_rows)) + Counter(world.stream_ids)
+    assert len(rows) == sum(expected.values()), f"{len(rows)} rows trained, {sum(expected.values())} planned"
+    assert Counter(rows) == expected
+
+
+def checkpoint_objects(fs: pafs.S3FileSystem, root: str) -> list[str]:
+    selector = pafs.FileSelector(f"{root}/checkpoints", allow_not_found=True, recursive=True)
+    return [i.path for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]

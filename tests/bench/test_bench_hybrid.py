@@ -62,6 +62,12 @@ def _check_side_by_side(result: dict[str, Any]) -> None:
         "mixed": both,
     }
     assert result["old_log_rows_trained"] == {"batch": {"history": 6000}, "mixed": both}
+    # The stationary world (no item lifecycle) beside the default one, with the same rows trained.
+    assert result["item_lifecycle"] is True
+    assert result["stationary_world_rows_trained"] == result["defaults_rows_trained"]
+    for mode in ("mixed", "batch", "stream"):
+        assert 0.0 < result[f"stationary_world_{mode}_auc"] < 1.0, mode
+        assert result["stationary_world_logloss"][mode] > 0, mode
     for key in (
         "defaults_mixed_auc",
         "defaults_batch_auc",
@@ -92,3 +98,6 @@ def _check_side_by_side(result: dict[str, Any]) -> None:
     }
     assert {k: result[k] for k in expected} == expected
     assert result["targets_met"] == all(expected.values())
+    for other in ("batch", "stream"):  # reported beside the targets, not part of them
+        key = f"stationary_world_mixed_beats_{other}"
+        assert result[key] == beats("stationary_world_mixed_auc", f"stationary_world_{other}_auc"), key

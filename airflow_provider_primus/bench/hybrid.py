@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 
+from airflow_provider_primus.bench.item_ctr import item_ctr_reference
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.gen.clicklog import World, live_start
 from airflow_provider_primus.gen.events import produce_stream
@@ -261,6 +262,16 @@ def _beats(better: float | None, worse: float | None, margin: float = 0.0) -> bo
     return diff >= margin if margin else diff > 0
 
 
+def _reference(world: World, batch_size: int, prefix: str = "") -> dict[str, Any]:
+    """The item click-rate counter's AUCs (``bench/item_ctr.py``) and its gain from the stream."""
+    log.info("the item click-rate reference%s", f" ({prefix.rstrip('_')})" if prefix else "")
+    ref = item_ctr_reference(world, batch_size)
+    return {
+        f"{prefix}item_ctr_reference_auc": ref,
+        f"{prefix}item_ctr_fresh_gain": round(ref["history_and_stream"] - ref["history"], 6),
+    }
+
+
 def _stationary_keys(still: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The stationary world's defaults runs: AUC per mode, whether mixed clears the margin, rows."""
     auc = {m: _auc(r) for m, r in still.items()}
@@ -332,6 +343,8 @@ def run(
         stream = next(s for s in data.spec.sources if isinstance(s, KafkaSource))
         log.info("stream ingest against a bare consumer")
         ingest = _ingest(stream)
+    reference = _reference(world, batch_size)
+    still_reference = _reference(still_world, batch_size, "stationary_world_")
     for r in (*results.values(), *by_default.values(), *old_log.values(), *still.values()):
         r.pop("_steps", None)
     mixed_steps_s = results["mixed"]["steps_per_s_steady"]
@@ -385,7 +398,9 @@ def run(
         **targets,
         "targets_met": all(targets.values()),
         "item_lifecycle": world.item_lifecycle,
+        **reference,
         **_stationary_keys(still),
+        **still_reference,
         "memory_steps_s": round(memory_steps_s, 2),
         "mixer_steps_s": round(mixer_steps_s, 2),
         "mixing_overhead_ratio": round(mixing_ratio, 3),

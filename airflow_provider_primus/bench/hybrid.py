@@ -16,10 +16,15 @@ scored before any update that trains on it (progressive validation). Three setti
   a user evaluating the product gets;
 - **old log** (``old_log_*``): the same world with every event time ``OLD_LOG_DAYS`` earlier (a
   backfill of logs years old), trained with the defaults: the clock must not take a replay of the
-  past for a stream that lags by years.
+  past for a stream that lags by years;
+- **stationary world** (``stationary_world_*``): the live world without the items' popularity
+  lifecycle (``World.item_lifecycle=False``, the generator before issue #20), trained with the
+  defaults: what fresh training gains when only the latent interests drift and items are born, shown
+  beside the default world so that neither hides the other.
 
 The targets (issue #20) are on the defaults: mixed beats batch-only and stream-only by
-``TARGET_MARGIN`` AUC on the live data, and batch-only by as much on the old log.
+``TARGET_MARGIN`` AUC on the live data, and batch-only by as much on the old log (the generator's
+default world, with the lifecycle; the stationary world's figures are reported, not targeted).
 
 Overheads, measured on the mixed run itself:
 - ``mixing_overhead_ratio``: steps/s of the mixed run (data service + Kafka + mixer feeding the
@@ -45,6 +50,7 @@ from typing import Any
 
 import torch
 
+from airflow_provider_primus.bench.item_ctr import item_ctr_reference
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.gen.clicklog import World, live_start
 from airflow_provider_primus.gen.events import produce_stream
@@ -256,6 +262,30 @@ def _beats(better: float | None, worse: float | None, margin: float = 0.0) -> bo
     return diff >= margin if margin else diff > 0
 
 
+def _reference(world: World, batch_size: int, prefix: str = "") -> dict[str, Any]:
+    """The item click-rate counter's AUCs (``bench/item_ctr.py``) and its gain from the stream."""
+    log.info("the item click-rate reference%s", f" ({prefix.rstrip('_')})" if prefix else "")
+    ref = item_ctr_reference(world, batch_size)
+    return {
+        f"{prefix}item_ctr_reference_auc": ref,
+        f"{prefix}item_ctr_fresh_gain": round(ref["history_and_stream"] - ref["history"], 6),
+    }
+
+
+def _stationary_keys(still: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The stationary world's defaults runs: AUC per mode, whether mixed clears the margin, rows."""
+    auc = {m: _auc(r) for m, r in still.items()}
+    return {
+        "stationary_world_mixed_auc": auc["mixed"],
+        "stationary_world_batch_auc": auc["batch"],
+        "stationary_world_stream_auc": auc["stream"],
+        "stationary_world_logloss": {m: r["progressive"]["logloss"] for m, r in still.items()},
+        "stationary_world_rows_trained": {m: r["rows_trained"] for m, r in still.items()},
+        "stationary_world_mixed_beats_batch": _beats(auc["mixed"], auc["batch"], TARGET_MARGIN),
+        "stationary_world_mixed_beats_stream": _beats(auc["mixed"], auc["stream"], TARGET_MARGIN),
+    }
+
+
 def run(
     *,
     history_days: int = 20,
@@ -282,6 +312,7 @@ def run(
         items=items,
     )
     old_world = dataclasses.replace(world, start=world.start - timedelta(days=OLD_LOG_DAYS))
+    still_world = dataclasses.replace(world, item_lifecycle=False)
     with _broker(bootstrap_servers, root) as bootstrap:
         log.info("publishing the click log")
         data, messages = _publish_world(world, root / "live", bootstrap, "clicks")
@@ -294,6 +325,10 @@ def run(
         old_log = {
             m: _run_mode(old_data, old_defaults, m, root / "old-log-runs", False) for m in OLD_LOG_MODES
         }
+        log.info("publishing the stationary world")
+        still_data, _ = _publish_world(still_world, root / "stationary", bootstrap, "stationary")
+        still_defaults = defaults_training(still_data, batch_size, seed)
+        still = {m: _run_mode(still_data, still_defaults, m, root / "stationary-runs", False) for m in MODES}
         recorded = results["mixed"].pop("_steps")
         # Paired and repeated: the two loops take seconds each, and a shared machine's noise between
         # two single runs is larger than the difference being measured.
@@ -308,7 +343,9 @@ def run(
         stream = next(s for s in data.spec.sources if isinstance(s, KafkaSource))
         log.info("stream ingest against a bare consumer")
         ingest = _ingest(stream)
-    for r in (*results.values(), *by_default.values(), *old_log.values()):
+    reference = _reference(world, batch_size)
+    still_reference = _reference(still_world, batch_size, "stationary_world_")
+    for r in (*results.values(), *by_default.values(), *old_log.values(), *still.values()):
         r.pop("_steps", None)
     mixed_steps_s = results["mixed"]["steps_per_s_steady"]
 
@@ -360,6 +397,10 @@ def run(
         "target_margin": TARGET_MARGIN,
         **targets,
         "targets_met": all(targets.values()),
+        "item_lifecycle": world.item_lifecycle,
+        **reference,
+        **_stationary_keys(still),
+        **still_reference,
         "memory_steps_s": round(memory_steps_s, 2),
         "mixer_steps_s": round(mixer_steps_s, 2),
         "mixing_overhead_ratio": round(mixing_ratio, 3),

@@ -87,6 +87,12 @@ def register(sub: Any) -> None:
         help="seconds until a click's label is known; the stream is produced in label order (default: 0)",
     )
     parser.add_argument(
+        "--stationary-items",
+        action="store_true",
+        help="no item popularity lifecycle (novelty that fades with age, trending shocks): the world "
+        "before issue #20, row for row",
+    )
+    parser.add_argument(
         "--bootstrap-servers",
         help="Kafka host:port to produce the stream to (default: none, files and spec only; the spec "
         "then names 127.0.0.1:9092)",
@@ -118,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
     from airflow_provider_primus.spec import SpecError
 
     overrides = {name: getattr(args, name) for name in WORLD_OPTIONS if getattr(args, name) is not None}
+    if args.stationary_items:
+        overrides["item_lifecycle"] = False
     live = overrides.get("start") == LIVE
     if live:
         del overrides["start"]
@@ -210,6 +218,7 @@ def run(args: argparse.Namespace) -> int:
         "spec": str(spec),
         "users": world.users_on(world.days - 1),
         "items": world.items_on(world.days - 1),
+        "item_lifecycle": world.item_lifecycle,
         "wall_s": round(time.perf_counter() - t0, 3),
     }
     print(json.dumps(summary))

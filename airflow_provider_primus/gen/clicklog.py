@@ -3,11 +3,25 @@
 The hybrid-training benchmark compares training on history alone with history plus the stream, so
 the world must be *fair*: nothing here is tuned to make one mode win. Fresh data helps only for the
 reasons it helps in production — user interests and item vectors move (``drift``), new users and items
-appear every day (cold start) — while the marginal statistics a model could merely memorise (click
-rate, traffic by hour, popularity skew, price distribution) are stationary. That is why the walk is
-mean-reverting (an AR(1) with unit stationary variance) rather than a plain random walk: a plain walk's
+appear every day (cold start), and items live through a popularity lifecycle (below) — while the
+marginal statistics a model could merely memorise (traffic by hour, popularity skew, price
+distribution, and the click rate up to day-to-day noise) are stationary. That is why the walks are
+mean-reverting (AR(1)s with a stationary variance) rather than plain random walks: a plain walk's
 vectors grow without bound, which would inflate affinities and shift the click rate over time, a change
 any recent data would "win" on without learning anything about the users.
+
+**The item lifecycle** (``item_lifecycle``, on by default since issue #20): in real interaction logs
+the least stationary signal is the item's own popularity — items are born, are shown and clicked most
+while new, and fade; some trend for a day or two — which is why fresh training wins in production
+(docs/benchmarks.md, ``primus bench hybrid``, cites what real logs show). Each item has a *heat*, in
+logits: ``novelty * 2^(-age / novelty_half_life_days) + trend``, where ``age`` is whole days since
+its birth and ``trend`` an AR(1) per item with stationary std ``trend_std`` that halves every
+``trend_half_life_days`` (daily trending shocks). Heat adds to the item's click logit and to its score
+for the exposure ranking below, so a new or trending item is both shown more and clicked more. Day 0's
+items have ages spread over the days the birth rate took to make them, so the world starts in its
+steady state. ``item_lifecycle=False`` (``primus gen --stationary-items``) is the world before issue
+#20, bit for bit: the lifecycle draws from its own generator stream, so turning it off shifts no other
+number.
 
 The model, per day ``d`` (all of it vectorised numpy, no Python loop per row):
 
@@ -15,10 +29,10 @@ The model, per day ``d`` (all of it vectorised numpy, no Python loop per row):
   ``x_d = sqrt(1 - drift^2) * x_{d-1} + drift * N(0, I)``, so ``drift`` is the daily innovation's
   standard deviation and two days ``t`` apart correlate by ``(1 - drift^2)^(t/2)``;
 - items also have a popularity score on the same walk; impressions pick items Zipf-like by the day's
-  popularity rank (weight ``rank^-zipf_exponent``) and users in proportion to a fixed log-normal
-  activity level;
-- ``P(click) = sigmoid(base_logit + affinity_scale * u.v / sqrt(k) + item_bias + hour_effect)``, where
-  ``item_bias`` is fixed at an item's birth (slightly lower for pricier items) and
+  rank of popularity plus heat (weight ``rank^-zipf_exponent``) and users in proportion to a fixed
+  log-normal activity level;
+- ``P(click) = sigmoid(base_logit + affinity_scale * u.v / sqrt(k) + item_bias + heat + hour_effect)``,
+  where ``item_bias`` is fixed at an item's birth (slightly lower for pricier items) and
   ``hour_effect = seasonality * cos(2 pi (hour - 20) / 24)``; traffic volume by hour follows
   ``1 + seasonality * cos(...)`` with the same evening peak;
 - ``new_users_per_day * users`` users and ``new_items_per_day * items`` items (fractions of the
@@ -71,7 +85,7 @@ _ITEM_BIAS_STD = 0.5
 _USER_WEIGHT_SIGMA = 1.0
 # Independent generator streams per (seed, day, purpose): changing how one purpose draws never shifts
 # another's numbers.
-_BIRTHS, _WALK, _USERS, _ROWS = 0, 1, 2, 3
+_BIRTHS, _WALK, _USERS, _ROWS, _LIFECYCLE = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,13 @@ class World:
     history_days-1`` are history, the next ``stream_days`` the stream. ``label_delay_s > 0`` delays a
     click's label that many seconds after its impression; stream events are then produced in order of
     label availability (non-clicks at impression time) while ``ts`` stays the impression time.
+    ``item_lifecycle`` and the four fields after it are the items' popularity lifecycle (module
+    docstring); ``item_lifecycle=False`` is the stationary world of before issue #20.
+
+    The lifecycle's values are round figures inside what real logs show, chosen once, before any
+    benchmark ran on them (not fitted to make a training mode win): a novelty worth e^1 (about 2.7
+    times) the click odds at birth that halves every 2 days (news decays within hours to a day,
+    catalogue items over weeks), and trending shocks of std 0.5 logits that halve daily.
     """
 
     seed: int
@@ -101,6 +122,11 @@ class World:
     base_logit: float = -3.0
     affinity_scale: float = 1.5
     price_null_rate: float = 0.01
+    item_lifecycle: bool = True
+    novelty: float = 1.0
+    novelty_half_life_days: float = 2.0
+    trend_std: float = 0.5
+    trend_half_life_days: float = 1.0
 
     def __post_init__(self) -> None:
         start = self.start
@@ -126,13 +152,24 @@ class World:
             )
         if not 0.0 <= self.price_null_rate <= 1.0:
             problems.append(f"price_null_rate must be in [0, 1], got {self.price_null_rate}")
-        for name in ("new_users_per_day", "new_items_per_day", "label_delay_s", "zipf_exponent"):
+        for name in (
+            "new_users_per_day",
+            "new_items_per_day",
+            "label_delay_s",
+            "zipf_exponent",
+            "novelty",
+            "trend_std",
+        ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 problems.append(f"{name} must be a finite number >= 0, got {value}")
         for name in ("base_logit", "affinity_scale"):
             if not math.isfinite(getattr(self, name)):
                 problems.append(f"{name} must be finite, got {getattr(self, name)}")
+        for name in ("novelty_half_life_days", "trend_half_life_days"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                problems.append(f"{name} must be a finite number > 0, got {value}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -195,6 +232,8 @@ class _State:
     item_pop: FloatArray
     item_bias: FloatArray
     item_price: npt.NDArray[np.float32]
+    item_birth: IntArray  # the day each item was born (< 0 for day 0's items)
+    item_trend: FloatArray  # the trending shock, an AR(1) per item
 
 
 def _rng(world: World, day: int, purpose: int) -> np.random.Generator:
@@ -217,9 +256,29 @@ def _born(world: World, day: int, n_users: int, n_items: int) -> dict[str, Any]:
     }
 
 
+def _trend_keep(world: World) -> float:
+    return float(0.5 ** (1.0 / world.trend_half_life_days))
+
+
 def _initial(world: World) -> _State:
     b = _born(world, 0, world.users, world.items)
-    return _State(day=0, impressions=np.zeros(world.users, np.int64), **b)
+    # Day 0's items were born at the world's constant rate before it, so their ages are spread over the
+    # days that rate took to make them: the world starts in its steady state, not with every item new.
+    rng = _rng(world, 0, _LIFECYCLE)
+    span = world.items / max(world.new_items_daily, 1)
+    birth = -np.floor(rng.uniform(0.0, span, world.items)).astype(np.int64)
+    trend = world.trend_std * rng.standard_normal(world.items)
+    return _State(day=0, impressions=np.zeros(world.users, np.int64), item_birth=birth, item_trend=trend, **b)
+
+
+def _heat(world: World, state: _State) -> FloatArray:
+    """Each item's lifecycle on ``state.day``, in logits: a novelty that halves every
+    ``novelty_half_life_days`` of age, plus the trending shock. Zero in a stationary world."""
+    if not world.item_lifecycle:
+        return np.zeros(len(state.item_pop))
+    age = (state.day - state.item_birth).astype(np.float64)
+    heat: FloatArray = world.novelty * 0.5 ** (age / world.novelty_half_life_days) + state.item_trend
+    return heat
 
 
 def _sample_users(world: World, state: _State) -> IntArray:
@@ -241,6 +300,13 @@ def _advance(world: World, state: _State) -> _State:
 
     user_vec, item_vec, item_pop = step(state.user_vec), step(state.item_vec), step(state.item_pop)
     b = _born(world, day, world.new_users_daily, world.new_items_daily)
+    # Its own generator stream: the lifecycle never shifts the numbers of the stationary world.
+    life = _rng(world, day, _LIFECYCLE)
+    trend_keep = _trend_keep(world)
+    trend = trend_keep * state.item_trend + math.sqrt(1.0 - trend_keep**2) * world.trend_std * (
+        life.standard_normal(len(state.item_trend))
+    )
+    new_trend = world.trend_std * life.standard_normal(world.new_items_daily)
     return _State(
         day=day,
         user_vec=np.concatenate([user_vec, b["user_vec"]]),
@@ -250,6 +316,8 @@ def _advance(world: World, state: _State) -> _State:
         item_pop=np.concatenate([item_pop, b["item_pop"]]),
         item_bias=np.concatenate([state.item_bias, b["item_bias"]]),
         item_price=np.concatenate([state.item_price, b["item_price"]]),
+        item_birth=np.concatenate([state.item_birth, np.full(world.new_items_daily, day, np.int64)]),
+        item_trend=np.concatenate([trend, new_trend]),
     )
 
 
@@ -318,8 +386,10 @@ def generate_day(world: World, day: int) -> pa.Table:
     n, k = world.rows_per_day, world.latent_dim
     users = _sample_users(world, state)
     rng = _rng(world, day, _ROWS)
-    rank = np.empty(len(state.item_pop), np.int64)
-    rank[np.argsort(-state.item_pop, kind="stable")] = np.arange(len(state.item_pop))
+    heat = _heat(world, state)
+    score = state.item_pop + heat if world.item_lifecycle else state.item_pop
+    rank = np.empty(len(score), np.int64)
+    rank[np.argsort(-score, kind="stable")] = np.arange(len(score))
     item_w = (rank + 1.0) ** -world.zipf_exponent
     items = rng.choice(len(item_w), size=n, p=item_w / item_w.sum()).astype(np.int64)
     season = np.cos(2 * np.pi * (np.arange(24) - _PEAK_HOUR) / 24)
@@ -333,6 +403,8 @@ def generate_day(world: World, day: int) -> pa.Table:
 
     affinity = np.einsum("ij,ij->i", state.user_vec[users], state.item_vec[items]) / math.sqrt(k)
     logit = world.base_logit + world.affinity_scale * affinity + state.item_bias[items]
+    if world.item_lifecycle:
+        logit += heat[items]
     logit += world.seasonality * season[hours]
     clicked = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)
     price_missing = rng.random(n) < world.price_null_rate

@@ -62,6 +62,12 @@ def _check_side_by_side(result: dict[str, Any]) -> None:
         "mixed": both,
     }
     assert result["old_log_rows_trained"] == {"batch": {"history": 6000}, "mixed": both}
+    # The stationary world (no item lifecycle) beside the default one, with the same rows trained.
+    assert result["item_lifecycle"] is True
+    assert result["stationary_world_rows_trained"] == result["defaults_rows_trained"]
+    for mode in ("mixed", "batch", "stream"):
+        assert 0.0 < result[f"stationary_world_{mode}_auc"] < 1.0, mode
+        assert result["stationary_world_logloss"][mode] > 0, mode
     for key in (
         "defaults_mixed_auc",
         "defaults_batch_auc",
@@ -92,3 +98,12 @@ def _check_side_by_side(result: dict[str, Any]) -> None:
     }
     assert {k: result[k] for k in expected} == expected
     assert result["targets_met"] == all(expected.values())
+    # The item click-rate reference (bench/item_ctr.py) on both worlds: two AUCs and their difference.
+    for prefix in ("", "stationary_world_"):
+        ref = result[f"{prefix}item_ctr_reference_auc"]
+        assert set(ref) == {"history", "history_and_stream"} and all(0.0 < v < 1.0 for v in ref.values())
+        gain = round(ref["history_and_stream"] - ref["history"], 6)
+        assert result[f"{prefix}item_ctr_fresh_gain"] == gain
+    for other in ("batch", "stream"):  # reported beside the targets, not part of them
+        key = f"stationary_world_mixed_beats_{other}"
+        assert result[key] == beats("stationary_world_mixed_auc", f"stationary_world_{other}_auc"), key

@@ -1,4 +1,5 @@
 import argparse
+import hashlib
 import io
 import json
 import re
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
@@ -156,6 +158,70 @@ def test_click_rate_is_plausible_and_driven_by_affinity() -> None:
     assert counts[: len(counts) // 10].sum() > 0.4 * counts.sum()
 
 
+def _digest(table: pa.Table) -> str:
+    """A table's values (nulls included) as one hash, independent of how Arrow lays out buffers."""
+    h = hashlib.sha256()
+    for name in table.column_names:
+        col = table.column(name).combine_chunks()
+        h.update(name.encode())
+        h.update(np.asarray(pc.is_null(col)).tobytes())
+        if pa.types.is_timestamp(col.type):
+            col = col.cast(pa.int64())
+        h.update(np.ascontiguousarray(col.fill_null(0).to_numpy(zero_copy_only=False)).tobytes())
+    return h.hexdigest()
+
+
+# SMALL's five days as generated before issue #20 (commit 519bf25, numpy 2.4.6): the stationary world.
+_STATIONARY_DIGESTS = [
+    "58c2ee6474d2ff65349c3a9f01d50084c032fe1b71230eafe28d3dfd1ef33a87",
+    "347004226e0479f2caa0dc336b3351c94dd7d72719825c19ebed8b79a80177bf",
+    "b4c9d346bca0d06380331b1e84b225cd623492ad38c44f024f92cffc8a804bc6",
+    "44da921cf5adf6858d2a6ca8b290acd6ffdb459c034d30af23d7eed92ab13ccf",
+    "03284160c2fb8a24f0ecfa628f8325f2a2522a31f9fe3986395b980783345494",
+]
+
+
+def test_stationary_items_is_the_world_before_the_lifecycle() -> None:
+    stationary = replace(SMALL, item_lifecycle=False)
+    tables = [generate_day(stationary, d) for d in range(SMALL.days)]
+    # The lifecycle's parameters cannot reach a stationary world's rows (it draws from its own stream).
+    other = replace(stationary, novelty=3.0, trend_std=2.0, novelty_half_life_days=0.5)
+    assert all(generate_day(other, d).equals(t) for d, t in enumerate(tables))
+    assert not generate_day(SMALL, 2).equals(tables[2])  # the default world has the lifecycle
+    if np.__version__ != "2.4.6":
+        pytest.skip(
+            f"digests recorded with numpy 2.4.6, whose Generator streams may differ in {np.__version__}"
+        )
+    assert [_digest(t) for t in tables] == _STATIONARY_DIGESTS
+
+
+def test_item_lifecycle_new_and_trending_items_are_shown_and_clicked_more() -> None:
+    """Newborn items take a far larger share of impressions than in the stationary world, and click
+    better the younger they are; the click rate stays steady from day to day."""
+    life = replace(SMALL, rows_per_day=20_000, users=2_000, items=2_000, history_days=12, stream_days=0)
+    still = replace(life, item_lifecycle=False)
+    young: dict[bool, list[float]] = {True: [], False: []}
+    ctr_by_age: dict[str, list[np.ndarray]] = {"young": [], "old": []}
+    rates = []
+    for day in range(2, life.days):
+        for world in (life, still):
+            t = generate_day(world, day)
+            items, clicked = t.column("item_id").to_numpy(), t.column("clicked").to_numpy()
+            age = day - clicklog._state(world, day).item_birth[items]  # whole days since birth
+            young[world.item_lifecycle].append(float((age <= 1).mean()))
+            if world.item_lifecycle:
+                rates.append(clicked.mean())
+                ctr_by_age["young"].append(clicked[age <= 1])
+                ctr_by_age["old"].append(clicked[age >= 8])
+    assert np.mean(young[True]) > 2 * np.mean(young[False])
+    assert np.concatenate(ctr_by_age["young"]).mean() > np.concatenate(ctr_by_age["old"]).mean() + 0.03
+    assert min(rates) > 0.05 and max(rates) < 0.30 and max(rates) - min(rates) < 0.08
+    # Seeded: the same world gives the same rows; another seed, others.
+    clicklog._CACHE.clear()
+    assert generate_day(life, 5).equals(generate_day(replace(life), 5))
+    assert not generate_day(replace(life, seed=8), 5).equals(generate_day(life, 5))
+
+
 def test_world_rejects_bad_parameters() -> None:
     with pytest.raises(ValueError, match="midnight"):
         replace(SMALL, start=START + timedelta(hours=1))
@@ -163,6 +229,10 @@ def test_world_rejects_bad_parameters() -> None:
         replace(SMALL, drift=1.0)
     with pytest.raises(TypeError, match="unknown World field"):
         World.from_defaults(user=5)
+    with pytest.raises(ValueError, match="novelty_half_life_days"):
+        replace(SMALL, novelty_half_life_days=0.0)
+    with pytest.raises(ValueError, match="trend_std"):
+        replace(SMALL, trend_std=-1.0)
     assert replace(SMALL, start=datetime(2026, 2, 1)).start == START  # naive is UTC
     with pytest.raises(ValueError, match="day must be"):
         generate_day(SMALL, SMALL.days)
@@ -448,6 +518,29 @@ def test_cli_gen_writes_history_and_spec(tmp_path: Path, capsys: pytest.CaptureF
         items=50,
     )
     assert pq.read_table(out / "history/2026-03-02/part-0.parquet").equals(generate_day(world, 1))
+
+
+def test_cli_gen_stationary_items_writes_the_world_without_the_lifecycle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["gen", *SMALL_ARGS, "--seed", "3", "--start", "2026-03-01"]
+    assert main([*args, "--out", str(tmp_path / "life")]) == 0
+    assert json.loads(capsys.readouterr().out)["item_lifecycle"] is True
+    assert main([*args, "--out", str(tmp_path / "still"), "--stationary-items"]) == 0
+    assert json.loads(capsys.readouterr().out)["item_lifecycle"] is False
+    world = World.from_defaults(
+        seed=3,
+        start=datetime(2026, 3, 1, tzinfo=UTC),
+        history_days=2,
+        stream_days=1,
+        rows_per_day=500,
+        users=100,
+        items=50,
+        item_lifecycle=False,
+    )
+    day = "history/2026-03-02/part-0.parquet"
+    assert pq.read_table(tmp_path / "still" / day).equals(generate_day(world, 1))
+    assert not pq.read_table(tmp_path / "life" / day).equals(generate_day(world, 1))
 
 
 def test_cli_gen_produces_the_stream(

@@ -437,10 +437,14 @@ def cmd_master(args: argparse.Namespace) -> int:
     import logging
 
     from airflow_provider_primus.master.master import MasterError
+    from airflow_provider_primus.master.publish import JobEndedError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         master = _master(args, _store(args), args.name)
+    except JobEndedError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT.get(exc.phase, 1)  # the job's own outcome: a restarted driver pod ends as it did
     except MasterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -32,6 +32,7 @@ from airflow_provider_primus.master.executors import Executor, Executors
 from airflow_provider_primus.master.jobs import job_paths, read_token
 from airflow_provider_primus.master.metrics import JobMetrics, render
 from airflow_provider_primus.master.publish import (
+    JobEndedError,
     MasterError,
     StatusPublisher,
     job_status,
@@ -87,7 +88,7 @@ class Master:
         previous = record.status
         self.phase = Phase(previous.get("phase") or Phase.PENDING)
         if self.phase.terminal:
-            raise MasterError(f"job {name!r} already ended: {self.phase}")
+            raise JobEndedError(name, self.phase.value)
         refuse_second_master(name, previous.get("master") or {})
         self.message, self.suspended = "", bool(previous.get("suspended", False))
         self.applied: dict[str, Any] = dict(previous.get("applied") or {})

@@ -32,6 +32,15 @@ class MasterError(RuntimeError):
     pass
 
 
+class JobEndedError(MasterError):
+    """A master started for a job that has already ended: nothing to do. A driver pod restarted
+    after its job's end (a node reboot, a deleted pod) must end as the job did, not crash-loop."""
+
+    def __init__(self, job: str, phase: str) -> None:
+        super().__init__(f"job {job!r} already ended: {phase}; nothing to do")
+        self.phase = phase
+
+
 def refuse_second_master(job: str, master: Mapping[str, Any]) -> None:
     """One writer per status: a master whose predecessor (by pid and start time) still runs stops."""
     pid, created = master.get("pid"), master.get("pid_created")

@@ -44,6 +44,14 @@ def test_run_in_the_foreground_then_status_and_events(job_world: JobWorld) -> No
     events = [json.loads(line) for line in primus("events", "job", "--json").stdout.splitlines()]
     assert [e["type"] for e in events][:2] == ["Submitted", "MasterStarted"]
     assert events[-1]["type"] == "Succeeded"
+    # A master started again for the ended job (a driver pod restarted after the end) ends as the
+    # job did, with nothing done: no crash loop, no new event.
+    restarted = primus("master", "job", check=False)
+    assert (restarted.returncode, restarted.stderr.strip()) == (
+        0,
+        "job 'job' already ended: Succeeded; nothing to do",
+    )
+    assert len(primus("events", "job", "--json").stdout.splitlines()) == len(events)
     again = primus("run", str(job), check=False)
     assert again.returncode == 2 and "--replace" in again.stderr
     assert (

@@ -22,6 +22,7 @@ from airflow_provider_primus.master.client import ControlClient, ControlError
 from airflow_provider_primus.master.jobs import read_token, submit
 from tests.master.conftest import JobWorld
 from tests.master.test_master import SLOW_DATA, ended, executor, running, slowed, until
+from tests.master.test_trainers import group
 from tests.training.conftest import SCHEMA, T0, events, history_source, to_json
 
 pytestmark = pytest.mark.timeout(300)
@@ -93,10 +94,10 @@ def planned() -> dict[str, set[int]]:
     return {name: set(r) for name, r in ranges.items()}
 
 
-def trained_by_source(world: JobWorld) -> dict[str, list[int]]:
+def trained_by_source(trace: Path) -> dict[str, list[int]]:
     """Each source's rows as the job's model holds them (the trace's last record of each step)."""
     steps: dict[int, list[list[Any]]] = {}
-    for line in (world.home / "jobs" / "job" / "trace.jsonl").read_text().splitlines():
+    for line in trace.read_text().splitlines():
         try:
             entry = json.loads(line)
         except ValueError:
@@ -107,6 +108,16 @@ def trained_by_source(world: JobWorld) -> dict[str, list[int]]:
         for row in steps[step]:
             out.setdefault(row[0], []).append(row[3])
     return out
+
+
+def assert_each_source_once(trained: dict[str, list[int]]) -> None:
+    """The multiset of sample IDs of each source equals its planned rows (or produced records)."""
+    want = planned()
+    assert set(trained) == set(want)
+    for name, rows in trained.items():
+        duplicates = [r for r, n in Counter(rows).items() if n > 1]
+        assert not duplicates, f"{name}: {len(duplicates)} rows trained twice"
+        assert set(rows) == want[name], f"{name}: {len(rows)} rows trained, {len(want[name])} planned"
 
 
 def test_two_files_sources_and_two_topics_train_every_row_once_through_a_kill(
@@ -122,13 +133,8 @@ def test_two_files_sources_and_two_topics_train_every_row_once_through_a_kill(
         record = until(job_world, ended, timeout_s=240)
     assert record.status["phase"] == "Succeeded", record.status["message"]
     assert executor(record, "trainer-0")["restarts"] == 1
-    trained = trained_by_source(job_world)
+    assert_each_source_once(trained_by_source(job_world.home / "jobs" / "job" / "trace.jsonl"))
     want = planned()
-    assert set(trained) == set(want)
-    for name, rows in trained.items():
-        duplicates = [r for r, n in Counter(rows).items() if n > 1]
-        assert not duplicates, f"{name}: {len(duplicates)} rows trained twice"
-        assert set(rows) == want[name], f"{name}: {len(rows)} rows trained, {len(want[name])} planned"
     progress = record.status["progress"]
     assert progress["sources"] == ["history", "recent"]
     assert {n: (s["rows"], s["acked_rows"]) for n, s in progress["by_source"].items()} == {
@@ -162,9 +168,32 @@ def test_a_window_names_its_files_source_and_an_unknown_one_is_refused(job_world
         (window,) = record.status["windows"]
         assert (window["source"], window["sources"], window["rows"]) == ("recent", ["recent"], RECENT_ROWS)
         assert record.status["progress"]["by_source"]["recent"]["acked_rows"] == 2 * RECENT_ROWS
+
+        def trained(r: Any) -> dict[str, int]:  # the trainer's figures (rows handed over may still wait)
+            return dict(((r.status["progress"].get("trainer_metrics") or {}).get("rows_trained")) or {})
+
+        until(job_world, lambda r: trained(r).get("recent") == 2 * RECENT_ROWS)
         master.request({"stop": True})
         record = until(job_world, ended)
     assert record.status["phase"] == "Stopped"
-    trained = trained_by_source(job_world)
-    assert sorted(trained["recent"]) == list(range(RECENT, RECENT + 2 * RECENT_ROWS))
-    assert sorted(trained["history"]) == list(range(HISTORY_ROWS))
+    rows = trained_by_source(job_world.home / "jobs" / "job" / "trace.jsonl")
+    assert sorted(rows["recent"]) == list(range(RECENT, RECENT + 2 * RECENT_ROWS))
+    assert sorted(rows["history"]) == list(range(HISTORY_ROWS))
+
+
+def test_two_trainers_share_every_source_exactly_once(
+    job_world: JobWorld, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    """Two trainers: the files sources' rows claimed through the one data service, each topic's two
+    partitions one per trainer; every source's rows trained once by the two together."""
+    several_sources(job_world, kafka_broker.bootstrap_servers, new_topic)
+    submit(job_world.job(**group(2)), store=job_world.store)
+    with running(job_world):
+        record = until(job_world, ended, timeout_s=240)
+    assert record.status["phase"] == "Succeeded", record.status["message"]
+    trained: dict[str, list[int]] = {}
+    root = job_world.home / "jobs" / "job"
+    for rank in (0, 1):
+        for name, rows in trained_by_source(root / f"trace.jsonl.rank{rank}").items():
+            trained.setdefault(name, []).extend(rows)
+    assert_each_source_once(trained)

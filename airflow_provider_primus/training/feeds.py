@@ -135,9 +135,9 @@ class ServiceReader:
             self._owner[task] = name
 
     def _source_of(self, task: str | None) -> str:
+        if len(self.holds) == 1:  # one feed over the service: all its rows (a holdout's feed too)
+            return next(iter(self.holds))
         source = self.loader.sources.get(task or "")
-        if source is None and len(self.holds) == 1:  # a data service of one source
-            source = next(iter(self.holds))
         if source is None or source not in self.holds:
             raise RuntimeError(
                 f"the data service at {self.location} sent rows of task {task} of source {source!r}, "

@@ -150,7 +150,7 @@ class ServiceReader:
         is full (see the class), or (several trainers) nothing came for a moment."""
         self._targets[name] = target
         hold = self.holds[name]
-        while len(hold) < target and not self.done:
+        while len(hold) < target and not self.done and not self._others_full(name, target):
             if self.loader.idle:  # an open graph with nothing left for now: look again shortly
                 if time.monotonic() < self._retry_at:
                     break
@@ -168,10 +168,16 @@ class ServiceReader:
             source = self._source_of(batch.origin)
             self._owner[batch.origin or ""] = source
             self.holds[source].put(batch)
-            if source != name and len(self.holds[source]) >= 2 * max(self._targets.get(source, 0), target):
-                break
         if self.loader.claim:
             self.loader.acknowledge()  # the others may wait on what we hold (an ordered graph)
+
+    def _others_full(self, name: str, target: int) -> bool:
+        """Another feed holds twice what it last asked for (or, not asked yet, twice ``target``)."""
+        return any(
+            len(hold) >= 2 * max(self._targets.get(other, 0), target)
+            for other, hold in self.holds.items()
+            if other != name
+        )
 
     def progress(self, name: str) -> dict[str, list[tuple[int, int]]]:
         """The rows of ``name``'s tasks handed over (its checkpoint's progress, keyed by task)."""

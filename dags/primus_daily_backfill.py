@@ -6,7 +6,8 @@ of days, one window each:
 
 1. ``wait_for_partitions`` — the day's partitions of the files source are complete (success markers);
 2. ``plan_window`` — plan the day into a task graph (summary as XCom; the graph stays on disk);
-3. ``append_window`` — join the window to the running streaming job and wait, deferred, until every
+3. ``append_window`` — join the window of that source to the running streaming job (which may read
+   several files sources: the window names the one it belongs to) and wait, deferred, until every
    task of it is consumed (re-running it for the same day is a no-op);
 4. ``record_metrics`` — log and return the window's counts and the trainer's metrics.
 
@@ -44,7 +45,7 @@ DEFAULT_DATA = os.environ.get("PRIMUS_DEMO_DATA", str(primus_home() / "demo" / "
     doc_md=__doc__,
     params={
         "data": Param(DEFAULT_DATA, type="string", description="the PrimusData document"),
-        "source": Param("history", type="string", description="its files source"),
+        "source": Param("history", type="string", description="its files source the day's window is for"),
         "job": Param("primus-streaming", type="string", description="the streaming job's name"),
     },
 )
@@ -61,6 +62,7 @@ def primus_daily_backfill() -> None:
     appended = PrimusAppendWindowOperator(
         task_id="append_window",
         job_name="{{ params.job }}",
+        source="{{ params.source }}",
         poll_interval=5.0,
     )
 

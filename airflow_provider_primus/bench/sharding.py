@@ -118,7 +118,7 @@ def train(model: DLRM, optim: Optimizers, group: Group, run: ShardingRun) -> Non
         optim,
         group,
         host,
-        SourceWeights("batch", None, {}),
+        SourceWeights("batch", frozenset(), {}),
         scores=ScoreLog(),
         freshness=Percentiles(seed=run.seed),
         metrics=TrainMetrics(),

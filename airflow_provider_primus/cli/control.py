@@ -1,5 +1,6 @@
-"""``primus jobs``, ``savepoint``, ``suspend``, ``resume``, ``resize``: the control API's verbs as the
-commands an operator expects, beside ``status``, ``events``, ``scale`` and ``stop`` (cli/jobs.py).
+"""``primus jobs``, ``savepoint``, ``suspend``, ``resume``, ``resize``, ``window``: the control API's
+verbs as the commands an operator expects, beside ``status``, ``events``, ``scale`` and ``stop``
+(cli/jobs.py).
 
 Each talks to the job's master through its control API (the job token read from the job's home or
 its Secret), prints one JSON object, and exits 1 with the master's reason when it refuses.
@@ -63,6 +64,22 @@ def register(sub: Any) -> None:
     resize.add_argument("--memory", help="bytes or a quantity (2Gi)")
     _store_arg(resize)
     resize.set_defaults(handler=cmd_resize)
+
+    window = sub.add_parser(
+        "window",
+        help="append a historical window of a files source to a running job",
+        description="Append [--start, --end) of one files source to a running job (the same window "
+        "twice is kept once); --wait until every task of it is consumed.",
+    )
+    window.add_argument("job", help="job name (or its document)")
+    window.add_argument("--start", required=True, help="ISO 8601 start")
+    window.add_argument("--end", required=True, help="ISO 8601 end, exclusive")
+    window.add_argument(
+        "--source", help="the files source it belongs to (may be left out when the data has one)"
+    )
+    window.add_argument("--wait", type=float, metavar="SECONDS", help="wait this long for it to be consumed")
+    _store_arg(window)
+    window.set_defaults(handler=cmd_window)
 
 
 def _fail(exc: Exception) -> int:
@@ -182,4 +199,42 @@ def cmd_resize(args: argparse.Namespace) -> int:
     except Exception as exc:
         return _fail(exc)
     print(json.dumps({"job": name, "resized": results}))
+    return 0
+
+
+def cmd_window(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.master.jobs import wait_for
+    from airflow_provider_primus.spec.data import Window
+
+    try:  # as the master records them (UTC, ISO 8601), so the wait finds the window
+        span = Window.model_validate({"start": args.start, "end": args.end})
+    except ValueError as exc:
+        return _fail(exc)
+    start, end = span.start.isoformat(), span.end.isoformat()
+    store, name = _store(args), _job_name(args.job)
+    try:
+        result = _client(store, name).append_window(start, end, args.source)
+    except Exception as exc:
+        return _fail(exc)
+    sent = dict((result.get("request") or {}).get("window") or {})
+    if args.wait:
+
+        def found(record: Any) -> dict[str, Any] | None:
+            for w in record.status.get("windows") or []:
+                if (w["start"], w["end"], w.get("source")) == (start, end, sent.get("source")):
+                    return dict(w)
+            return None
+
+        def settled(record: Any) -> bool:
+            w = found(record)
+            return w is not None and (bool(w.get("consumed")) or w.get("state") == "refused")
+
+        try:
+            window = found(wait_for(store, name, settled, args.wait)) or {}
+        except TimeoutError as exc:
+            return _fail(exc)
+        window.pop("task_ids", None)
+        print(json.dumps(window))
+        return 1 if window.get("state") == "refused" else 0
+    print(json.dumps(result))
     return 0

@@ -556,23 +556,28 @@ class PrimusHook(BaseHook):
         """
         return await self._acall(job, lambda c: c.ascale(role, replicas))
 
-    def append_window(self, job: str, start: str, end: str) -> dict[str, Any]:
+    def append_window(self, job: str, start: str, end: str, source: str | None = None) -> dict[str, Any]:
         """Append a historical window to a running job (the same window twice is kept once).
 
         :param job: the job's name.
         :param start: ISO 8601 start of the window.
         :param end: ISO 8601 end of the window, exclusive.
+        :param source: the files source the window belongs to; may be left out when the job's data
+            has one files source. A name that is not a files source of the job is an error naming it.
         """
-        return self._call(job, lambda c: c.append_window(start, end))
+        return self._call(job, lambda c: c.append_window(start, end, source))
 
-    async def aappend_window(self, job: str, start: str, end: str) -> dict[str, Any]:
+    async def aappend_window(
+        self, job: str, start: str, end: str, source: str | None = None
+    ) -> dict[str, Any]:
         """``append_window`` for the event loop.
 
         :param job: the job's name.
         :param start: ISO 8601 start of the window.
         :param end: ISO 8601 end of the window, exclusive.
+        :param source: the files source the window belongs to (see ``append_window``).
         """
-        return await self._acall(job, lambda c: c.aappend_window(start, end))
+        return await self._acall(job, lambda c: c.aappend_window(start, end, source))
 
     def savepoint(self, job: str, savepoint_id: str | None = None) -> dict[str, Any]:
         """Ask the job for a savepoint (a checkpoint kept until deleted).

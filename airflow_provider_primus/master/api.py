@@ -26,6 +26,8 @@ from airflow_provider_primus.data.service.auth import advertised_host
 from airflow_provider_primus.master.metrics import CONTENT_TYPE
 from airflow_provider_primus.master.store import JobStore, modify
 from airflow_provider_primus.spec.base import UtcDatetime
+from airflow_provider_primus.spec.data import PrimusData, window_source
+from airflow_provider_primus.spec.errors import SpecError
 
 
 class Control(Protocol):
@@ -34,6 +36,7 @@ class Control(Protocol):
     def status_view(self) -> dict[str, Any]: ...
     def events_view(self, after: int, limit: int) -> list[dict[str, Any]]: ...
     def request(self, change: dict[str, Any]) -> dict[str, Any]: ...
+    def window_source(self, source: str | None) -> str | None: ...
 
 
 class _Body(BaseModel):
@@ -54,6 +57,7 @@ class ResizeRequest(_Body):
 class WindowRequest(_Body):
     start: UtcDatetime
     end: UtcDatetime
+    source: str | None = None  # the files source it belongs to (left out: the data's only one)
 
 
 class SavepointRequest(_Body):
@@ -88,8 +92,16 @@ class JobControl:
     """The API's side of the master: reads the job's status and events from the store and records
     requests in its ``desired`` part, waking the reconcile loop."""
 
-    def __init__(self, store: JobStore, job: str, wake: threading.Event) -> None:
-        self.store, self.job, self.wake = store, job, wake
+    def __init__(
+        self, store: JobStore, job: str, wake: threading.Event, data: PrimusData | None = None
+    ) -> None:
+        """``data``: the job's data document, which a window's source is checked against."""
+        self.store, self.job, self.wake, self.data = store, job, wake, data
+
+    def window_source(self, source: str | None) -> str | None:
+        """The files source a window is appended for (``spec.data.window_source``); raises
+        ``SpecError`` naming a source the data does not have as a files source."""
+        return window_source(self.data, source) if self.data is not None else source
 
     def status_view(self) -> dict[str, Any]:
         status = dict(self.store.get(self.job).status)
@@ -147,7 +159,12 @@ def create_app(control: Control, token: str, metrics: Callable[[], bytes] | None
     def append_window(body: WindowRequest) -> dict[str, Any]:
         if body.end <= body.start:
             raise HTTPException(status_code=422, detail="end must be after start")
-        return control.request({"window": {"start": body.start.isoformat(), "end": body.end.isoformat()}})
+        try:
+            source = control.window_source(body.source)
+        except SpecError as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from None
+        window = {"start": body.start.isoformat(), "end": body.end.isoformat()}
+        return control.request({"window": {**window, "source": source} if source else window})
 
     @app.post("/v1/savepoint", dependencies=auth)
     def savepoint(body: SavepointRequest) -> dict[str, Any]:

@@ -321,12 +321,15 @@ class ControlClient:
         )
         return result
 
-    def append_window(self, start: str, end: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", "windows", {"start": start, "end": end})
+    def append_window(self, start: str, end: str, source: str | None = None) -> dict[str, Any]:
+        """``source``: the files source the window belongs to (left out: the data's only one)."""
+        body = {"start": start, "end": end, "source": source}
+        result: dict[str, Any] = self._call("POST", "windows", body)
         return result
 
-    async def aappend_window(self, start: str, end: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._acall("POST", "windows", {"start": start, "end": end})
+    async def aappend_window(self, start: str, end: str, source: str | None = None) -> dict[str, Any]:
+        body = {"start": start, "end": end, "source": source}
+        result: dict[str, Any] = await self._acall("POST", "windows", body)
         return result
 
     def savepoint(self, savepoint_id: str | None = None) -> dict[str, Any]:

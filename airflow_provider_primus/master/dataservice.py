@@ -1,9 +1,13 @@
 """The job's data: planning its windows and hosting the data service that hands tasks out.
 
-The master plans the data document's window and every window appended since (a restarted master
-re-plans them; the planner's cache makes that cheap), and resumes the dispatcher from the progress
-its predecessor persisted. Windows appended while the job runs join the same task graph once;
-quarantined tasks are reported as they happen.
+The master plans the data document's window over every files source and every window appended since
+(a restarted master re-plans them; the planner's cache makes that cheap), and resumes the dispatcher
+from the progress its predecessor persisted. One data service serves all the files sources: one task
+graph (task IDs are content-derived and name their source, so they never collide), one set of data
+executors, one ledger of acknowledged rows; the trainers keep each source's rows apart. A window
+appended while the job runs names the files source it belongs to and joins the graph once; Kafka
+sources are never planned here (each trainer reads its share of their partitions itself).
+Quarantined tasks are reported as they happen.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from airflow_provider_primus.data.service.auth import bind_host
 from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
 from airflow_provider_primus.master.events import EventLog
-from airflow_provider_primus.spec.data import PrimusData, Window
+from airflow_provider_primus.spec.data import PrimusData, Window, files_subset, window_source
+from airflow_provider_primus.spec.errors import SpecError
 from airflow_provider_primus.spec.job import PrimusJob
 from airflow_provider_primus.spec.sources import FileSource
 from airflow_provider_primus.spec.status import EventType
@@ -43,8 +48,8 @@ class JobData:
         self.server: DispatcherServer | None = None
 
     @property
-    def files_source(self) -> FileSource | None:
-        return next((s for s in self.data.spec.sources if isinstance(s, FileSource)), None)
+    def files_sources(self) -> list[FileSource]:
+        return [s for s in self.data.spec.sources if isinstance(s, FileSource)]
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -52,10 +57,13 @@ class JobData:
         assert self.server is not None
         return self.server.dispatcher
 
-    def _plan(self, start: Any, end: Any) -> tuple[list[Task], list[tuple[str, str]]]:
-        if self.files_source is None:
+    def _plan(
+        self, start: Any, end: Any, sources: list[str] | None = None
+    ) -> tuple[list[Task], list[tuple[str, str]]]:
+        """The tasks of the files sources (``sources``: those only) in [start, end)."""
+        if not self.files_sources:
             return [], []
-        graph = plan(self.data, start, end)
+        graph = plan(files_subset(self.data, sources), start, end)
         for missing in graph.missing:
             self.events.emit(EventType.PARTITION_MISSING, f"missing partition {missing.path}")
         for finding in graph.event_times:  # a unit mix-up, most often: said once per plan
@@ -75,8 +83,8 @@ class JobData:
 
     def planning_failure(self, exc: BaseException) -> str:
         """The job's failure message for a plan that could not be made, naming what was planned."""
-        source = self.files_source
-        where = f"source {source.name!r} ({source.uri})" if source is not None else "the job's data"
+        files = self.files_sources
+        where = ", ".join(f"source {s.name!r} ({s.uri})" for s in files) if files else "the job's data"
         return f"planning {where} failed: {type(exc).__name__}: {exc}"
 
     def start(self, token: str, port: int, ca: JobCa | None = None) -> DispatcherServer:
@@ -101,23 +109,41 @@ class JobData:
         self.server = DispatcherServer(dispatcher, token, host=host, port=port, ca=ca).start()
         return self.server
 
+    def _key(self, window: Mapping[str, Any]) -> tuple[str, str, str | None]:
+        """A window's identity: its span and its source (left out: the only files source, as a
+        window recorded before windows named their source)."""
+        source = window.get("source")
+        if source is None and len(self.files_sources) == 1:
+            source = self.files_sources[0].name
+        return (str(window["start"]), str(window["end"]), source)
+
     def append(self, desired_windows: list[Mapping[str, Any]]) -> None:
         """Windows requested since the last pass join the task graph once each."""
-        known = [{"start": w["start"], "end": w["end"]} for w in self.windows]
+        known = {self._key(w) for w in self.windows}
         for window in desired_windows:
-            if window not in known:
+            if self._key(window) not in known:
                 self._append(window)
-                known.append({"start": window["start"], "end": window["end"]})
+                known.add(self._key(window))
 
     def _append(self, window: Mapping[str, Any]) -> None:
         record: dict[str, Any] = {"start": window["start"], "end": window["end"]}
         span = f"window {window['start']}..{window['end']}"
-        if self.dispatcher.finished():
+        try:  # the API checked it; a request recorded before the data document changed may not fit
+            source: str | None = window_source(self.data, window.get("source"))
+        except SpecError as exc:
+            source = None
+            record.update(source=window.get("source"), state="refused", reason=exc.issues[0].message)
+        if source is not None:
+            record["source"] = source
+            span = f"window {window['start']}..{window['end']} of source {source!r}"
+        if source is None:
+            self.events.emit(EventType.WINDOW_REFUSED, f"{span}: {record['reason']}")
+        elif self.dispatcher.finished():
             record.update(state="refused", reason="the job's data service has finished its pass")
             self.events.emit(EventType.WINDOW_REFUSED, f"{span}: {record['reason']}")
         else:
-            w = Window.model_validate(record)
-            tasks, edges = self._plan(w.start, w.end)
+            w = Window.model_validate({"start": window["start"], "end": window["end"]})
+            tasks, edges = self._plan(w.start, w.end, [source])
             added = self.dispatcher.add_tasks(tasks, edges)
             record.update(
                 state="appended",
@@ -176,7 +202,8 @@ class JobData:
             "rows_without_label": sum(d["rows_without_label"].values()),
             "rows_without_label_by_task": d["rows_without_label"],
             "acked_rows": d["acked_rows"],
-            "sources": [s.name for s in self.data.spec.sources if isinstance(s, FileSource)],
+            "sources": [s.name for s in self.files_sources],
+            "by_source": self.dispatcher.by_source(),
             "data_finished": d["finished"],
             "trainer_step": trainer_report.get("step"),
             "trainer_rows": trainer_report.get("rows"),

@@ -97,14 +97,6 @@ def load_job(
     except SpecError as exc:
         raise referenced("spec.training", exc) from None
     files = [s for s in data.spec.sources if s.type == "files"]
-    if len(files) > 1:
-        issues.append(
-            SpecIssue(
-                "spec.data",
-                "a job serves one files source through its data service (this data has "
-                f"{len(files)}: {', '.join(s.name for s in files)})",
-            )
-        )
     if spec.roles.evaluator is not None:
         issues.append(
             SpecIssue(

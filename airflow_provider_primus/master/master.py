@@ -121,7 +121,7 @@ class Master:
             message = self.jobdata.planning_failure(exc)
             self._fail_at_start(previous, message)
             raise MasterError(message) from exc
-        listen, self.control = self.job.spec.control, JobControl(store, name, self.wake)
+        listen, self.control = self.job.spec.control, JobControl(store, name, self.wake, self.data)
         collector = JobMetrics(name, self.control.status_view, self.events.counts)
         app = create_app(self.control, self.token, metrics=lambda: render(collector))
         host = bind_host(listen.host)
@@ -231,7 +231,7 @@ class Master:
             self._fail(self.dispatcher.failure_message())
         if not self.phase.terminal and not self.suspended:
             self.scaling.autoscale(list(self.telemetry.samples))
-            data_done = self.dispatcher.finished() or self.jobdata.files_source is None
+            data_done = self.dispatcher.finished() or not self.jobdata.files_sources
             self.scaling.converge(data_done=data_done)
             trainer = self.job.spec.roles.trainer.resources
             self.trainers.converge(Allotment(trainer.cpu, trainer.memory))

@@ -210,13 +210,16 @@ class PrimusAppendWindowOperator(PrimusBaseOperator):
     :param job_name: the running job's name (templated).
     :param start: ISO 8601 start of the window (templated; default: the run's data interval start).
     :param end: ISO 8601 end, exclusive (templated; default: the run's data interval end).
+    :param source: the files source the window belongs to (templated); may be left out when the
+        job's data has one files source. A name that is not one of the job's files sources fails the
+        task with an error naming it.
     :param wait: wait until every task of the window is consumed.
     :param job_timeout_s: how long to wait for the job to be running before failing.
 
     And the parameters of ``PrimusBaseOperator``.
     """
 
-    template_fields: Sequence[str] = ("job_name", "start", "end")
+    template_fields: Sequence[str] = ("job_name", "start", "end", "source")
     ui_color = "#e8d4f1"
 
     def __init__(
@@ -225,6 +228,7 @@ class PrimusAppendWindowOperator(PrimusBaseOperator):
         job_name: str,
         start: str = "{{ data_interval_start.isoformat() }}",
         end: str = "{{ data_interval_end.isoformat() }}",
+        source: str | None = None,
         wait: bool = True,
         job_timeout_s: float = 600.0,
         **kwargs: Any,
@@ -233,6 +237,7 @@ class PrimusAppendWindowOperator(PrimusBaseOperator):
         self.job_name = job_name
         self.start = start
         self.end = end
+        self.source = source
         self.wait = wait
         self.job_timeout_s = job_timeout_s
 
@@ -240,14 +245,21 @@ class PrimusAppendWindowOperator(PrimusBaseOperator):
         window = Window.model_validate({"start": self.start, "end": self.end})
         start, end = window.start.isoformat(), window.end.isoformat()  # as the master records it
         self._wait_for_job()
-        result = self.hook.append_window(self.job_name, start, end)
+        result = self.hook.append_window(self.job_name, start, end, self.source or None)
+        # The master names the source it appended for (the data's only files source when left out).
+        sent = dict((result.get("request") or {}).get("window") or {"start": start, "end": end})
         self.log.info(
-            "window %s..%s sent to job %s (version %s)", start, end, self.job_name, result.get("version")
+            "window %s..%s of source %s sent to job %s (version %s)",
+            start,
+            end,
+            sent.get("source"),
+            self.job_name,
+            result.get("version"),
         )
         self.push_job(context, self.job_name)
         if not self.wait:
-            return {"job": self.job_name, "window": {"start": start, "end": end}}
-        return self.wait_for(context, self.job_name, window={"start": start, "end": end})
+            return {"job": self.job_name, "window": sent}
+        return self.wait_for(context, self.job_name, window=sent)
 
     def _wait_for_job(self) -> None:
         """The streaming job may still be starting (its DAG run queued a moment after this one):

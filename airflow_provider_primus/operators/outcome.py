@@ -83,8 +83,18 @@ def warn_quarantine(log: _Log, job: Any, progress: Mapping[str, Any] | None, pha
 # --- when a wait ends, and with which event -----------------------------------------------------------
 
 
-def find_window(status: JobStatus | Mapping[str, Any], start: str, end: str) -> WindowStatus | None:
-    return next((w for w in as_status(status).windows if w.start == start and w.end == end), None)
+def find_window(
+    status: JobStatus | Mapping[str, Any], start: str, end: str, source: str | None = None
+) -> WindowStatus | None:
+    """The window of that span (and of ``source``, when given: a job reads several files sources)."""
+    return next(
+        (
+            w
+            for w in as_status(status).windows
+            if w.start == start and w.end == end and (source is None or w.source in (None, source))
+        ),
+        None,
+    )
 
 
 def end_event(job: str, status: JobStatus | Mapping[str, Any]) -> dict[str, Any]:
@@ -112,7 +122,7 @@ def wait_event(
     s = as_status(status)
     phase = s.phase.value
     if window is not None:
-        found = find_window(s, window["start"], window["end"])
+        found = find_window(s, window["start"], window["end"], window.get("source"))
         if found is not None and found.consumed:
             return {"status": "success", "job": job, "phase": phase, "window": found.model_dump(mode="json")}
         if found is not None and found.state == "refused":

@@ -141,6 +141,44 @@ class PrimusData(StrictModel):
     spec: Spec
 
 
+def files_subset(data: PrimusData, names: Sequence[str] | None = None) -> PrimusData:
+    """The document with only its files sources (those of ``names``, when given): what a job's data
+    service plans. Kafka sources are the trainers' own streams, never tasks of the data service.
+    Mixture entries of the sources kept stay (their priorities order the tasks)."""
+    keep = [s for s in data.spec.sources if isinstance(s, FileSource) and (names is None or s.name in names)]
+    kept = {s.name for s in keep}
+    mixture = [m for m in data.spec.mixture if m.source in kept]
+    spec = data.spec.model_copy(update={"sources": keep, "mixture": mixture})
+    return data.model_copy(update={"spec": spec})
+
+
+def window_source(data: PrimusData, source: str | None) -> str:
+    """The files source a window appended to a running job reads: the one ``source`` names, which
+    must be a files source of the data, or the data's only files source when it is left out."""
+    files = [s.name for s in data.spec.sources if isinstance(s, FileSource)]
+    kafka = [s.name for s in data.spec.sources if isinstance(s, KafkaSource)]
+    if source is None:
+        if len(files) == 1:
+            return files[0]
+        what = (
+            f"name the files source this window belongs to (data {data.metadata.name!r} has "
+            f"{len(files)}: {', '.join(files)})"
+            if files
+            else f"data {data.metadata.name!r} has no files source to append a window to"
+        )
+        raise SpecError([SpecIssue("source", what)])
+    if source in files:
+        return source
+    if source in kafka:
+        what = f"{source!r} is a kafka source; windows are appended to files sources ({', '.join(files)})"
+    else:
+        hint = suggest(source, files)
+        what = f"no files source named {source!r} in data {data.metadata.name!r}" + (
+            f"; did you mean {hint!r}?" if hint else f" (files sources: {', '.join(files) or 'none'})"
+        )
+    raise SpecError([SpecIssue("source", what)])
+
+
 def validate_data_spec(document: Mapping[str, Any]) -> PrimusData:
     """Validate a parsed document, raising ``SpecError`` with every problem found.
 

@@ -132,6 +132,16 @@ class QuarantinedTask(_Status):
     attempts: int | None = None
 
 
+class SourceProgress(_Status):
+    """One files source's part of the job's data service (a job reads several)."""
+
+    tasks: int = 0
+    tasks_done: int = 0
+    tasks_quarantined: int = 0
+    rows: int = 0  # the rows of its tasks, as far as known (planned, or counted once read)
+    acked_rows: int = 0
+
+
 class Progress(_Status):
     tasks: int = 0
     tasks_done: int = 0
@@ -141,6 +151,7 @@ class Progress(_Status):
     rows_without_label_by_task: dict[str, int] = Field(default_factory=dict)
     acked_rows: int = 0
     sources: list[str] = Field(default_factory=list)  # the files sources the data document plans
+    by_source: dict[str, SourceProgress] = Field(default_factory=dict)  # each files source's rows
     data_finished: bool = False
     trainer_step: int | None = None
     trainer_rows: int | None = None
@@ -157,6 +168,7 @@ class WindowStatus(_Status):
     new_tasks: int | None = None
     rows: int | None = None
     task_ids: list[str] = Field(default_factory=list)
+    source: str | None = None  # the files source it was appended for
     sources: list[str] = Field(default_factory=list)  # the sources its tasks read
     tasks_done: int | None = None
     consumed: bool | None = None

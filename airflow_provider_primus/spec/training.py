@@ -253,13 +253,27 @@ def validate_training_spec(document: Mapping[str, Any]) -> PrimusTraining:
         raise SpecError(issues_from_validation_error(exc, PrimusTraining)) from None
 
 
+def kafka_sources(data: PrimusData) -> list[KafkaSource]:
+    """Every Kafka source of the data: a job reads them all, each as its own stream."""
+    return [s for s in data.spec.sources if isinstance(s, KafkaSource)]
+
+
 def stream_source(training: PrimusTraining, data: PrimusData) -> KafkaSource | None:
-    """The source the freshness guard watches: the named one, else the only Kafka source."""
+    """The stream the freshness guard watches: the one ``mixing.freshness.source`` names, else the
+    Kafka source of highest mixture priority (then weight, then the first declared). The guard
+    watches one stream because its lag and age are one figure; the other streams are mixed by their
+    weights and take spare capacity by their priorities like any source."""
     name = training.spec.mixing.freshness.source
-    kafka = [s for s in data.spec.sources if isinstance(s, KafkaSource)]
+    kafka = kafka_sources(data)
     if name is not None:
         return next((s for s in kafka if s.name == name), None)
-    return kafka[0] if len(kafka) == 1 else None
+    mixture = {m.source: m for m in data.spec.mixture}
+
+    def rank(s: KafkaSource) -> tuple[int, float]:
+        entry = mixture.get(s.name)
+        return (-(entry.priority if entry else 0), -(entry.weight if entry else 1.0))
+
+    return min(kafka, key=rank) if kafka else None  # min keeps the first declared among equals
 
 
 def _hash_buckets(data: PrimusData) -> dict[str, int]:
@@ -354,8 +368,12 @@ def check_against(training: PrimusTraining, data: PrimusData) -> None:
             )
     freshness = spec.mixing.freshness
     if freshness.source is not None and stream_source(training, data) is None:
+        kafka = [s.name for s in kafka_sources(data)]
         issues.append(
-            SpecIssue("spec.mixing.freshness.source", f"{freshness.source!r} is not a kafka source")
+            SpecIssue(
+                "spec.mixing.freshness.source",
+                f"{freshness.source!r} is not a kafka source (kafka sources: {', '.join(kafka) or 'none'})",
+            )
         )
     issues.extend(_replay_issues(spec, data))
     sparse, dense = feature_columns(data)
@@ -383,13 +401,8 @@ def check_against(training: PrimusTraining, data: PrimusData) -> None:
         if column not in sparse:
             issues.append(SpecIssue(f"spec.model.buckets.{column}", f"{column!r} is not a sparse column"))
     issues.extend(_sharding_issues(spec, sparse))
-    if spec.mode in ("stream", "mixed") and stream_source(training, data) is None:
-        issues.append(
-            SpecIssue(
-                "spec.mode",
-                f"mode {spec.mode!r} needs exactly one kafka source (or mixing.freshness.source naming one)",
-            )
-        )
+    if spec.mode in ("stream", "mixed") and not kafka_sources(data):
+        issues.append(SpecIssue("spec.mode", f"mode {spec.mode!r} needs a kafka source"))
     if spec.mode in ("batch", "mixed") and not [s for s in data.spec.sources if s.type == "files"]:
         issues.append(SpecIssue("spec.mode", f"mode {spec.mode!r} needs a files source"))
     holdout = spec.evaluation.holdout

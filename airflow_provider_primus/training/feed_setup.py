@@ -1,5 +1,6 @@
-"""Which feeds a trainer reads and how each is opened: its share of the planned file tasks (or the
-master's data service for a job's trainer) and its share of the topic's partitions.
+"""Which feeds a trainer reads and how each is opened: one per files source (its share of the planned
+file tasks, or the master's data service for a job's trainer) and one per Kafka source (its share of
+that topic's partitions).
 
 Separate from the loop: the split between trainers and the wiring to the data service change with the
 deployment, not with how steps are mixed and trained.
@@ -41,15 +42,10 @@ class FeedOptions(Protocol):
     grace_s: float
 
 
-def participants(data: PrimusData, mode: str, stream_src: KafkaSource | None) -> list[str]:
-    """Sources this mode reads: batch mode still reads the stream, to score it."""
-    names = []
-    for s in data.spec.sources:
-        if s.type == "files" and mode in ("batch", "mixed"):
-            names.append(s.name)
-        if stream_src is not None and s.name == stream_src.name:
-            names.append(s.name)
-    return names
+def participants(data: PrimusData, mode: str) -> list[str]:
+    """Sources this mode reads: every files source in ``batch`` and ``mixed`` mode, every Kafka
+    source in all modes (``batch`` mode still reads the streams, to score them)."""
+    return [s.name for s in data.spec.sources if s.type == "kafka" or mode in ("batch", "mixed")]
 
 
 def share(tasks: list[Task], rank: int, world: int) -> list[Task]:
@@ -87,7 +83,6 @@ def open_feeds(
     options: FeedOptions,
     *,
     names: list[str],
-    stream_src: KafkaSource | None,
     columns: tuple[list[str], list[str]],
     group: Group,
     states: Mapping[str, Any],
@@ -95,11 +90,11 @@ def open_feeds(
     on_event: EventSink,
     cut: Mapping[str, Any] | None = None,
 ) -> None:
-    """Open the feeds of ``names`` into ``into`` (so that whatever opened before a failure is closed
-    with the trainer). ``columns``: the sparse and dense feature columns; ``states``: the feeds'
-    checkpointed positions; ``spec_path``: the data document on disk for the data executors;
-    ``cut``: per files source, every trainer's progress together (a job's shared data service
-    resumes there: its group's leader rewinds it)."""
+    """Open the feeds of ``names`` (one per source) into ``into`` (so that whatever opened before a
+    failure is closed with the trainer). ``columns``: the sparse and dense feature columns;
+    ``states``: the feeds' checkpointed positions; ``spec_path``: the data document on disk for the
+    data executors; ``cut``: per files source, every trainer's progress together (a job's shared data service
+    resumes there: its group's leader rewinds it, to every source's cut at once)."""
     sparse, dense = columns
     files = [s for s in data.spec.sources if isinstance(s, FileSource) and s.name in names]
     shuffle = (spec.mixing.shuffle.buffer_rows, spec.seed + 7919 * group.rank)
@@ -109,24 +104,28 @@ def open_feeds(
     # share of the tasks: no trainer ever waits on another's acknowledgements (an ordered graph's
     # barriers would otherwise tie them together), and each keeps its own exact progress.
     if files and options.dispatcher is not None:
-        if len(files) > 1:
-            raise ValueError("a job's trainer reads one files source through the master's data service")
-        state = states.get(files[0].name)
-        resume_at = (cut or {}).get(files[0].name, (state or {}).get("progress") or {})
-        into[files[0].name] = FileFeed.attach(
-            files[0].name,
+        # One data service for all of the job's files sources: one feed per source over one
+        # connection, each with its own buffer and progress (task IDs never repeat across sources).
+        rewind: dict[str, Any] = {}
+        for source in files:
+            state = states.get(source.name)
+            rewind.update((cut or {}).get(source.name, (state or {}).get("progress") or {}))
+        feeds = FileFeed.attach(
+            [s.name for s in files],
             options.dispatcher,
             token=options.token or "",
             sparse=sparse,
             dense=dense,
             passthrough=options.passthrough,
-            state=state,
+            states={s.name: states.get(s.name) for s in files},
             open_graph=options.open_graph,
             grace_s=options.grace_s,
             shuffle=shuffle,
-            rewind=resume_at if group.leader else None,
+            rewind=rewind if group.leader else None,
             claim=group.world > 1,
         )
+        for feed in feeds:
+            into[feed.name] = feed
     elif files:
         window = data.spec.window
         if window is None:
@@ -157,30 +156,46 @@ def open_feeds(
                 state=states.get(source.name),
                 shuffle=shuffle,
             )
-    if stream_src is not None and stream_src.name in names:
-        state = states.get(stream_src.name)
-        mine = None
-        if group.world > 1:  # partition p belongs to trainer p mod world
-            count = len(stream_partitions(stream_src))
-            mine = [p for p in range(count) if p % group.world == group.rank]
-            if not mine:
-                return  # more trainers than partitions: this one trains on files only
-        offsets = (state or {}).get("offsets") or None  # none: nothing trained from it yet
-        src = StreamSource(
-            stream_src,
-            passthrough=options.passthrough,
-            start_offsets={int(p): int(o) for p, o in offsets.items()} if offsets else None,
-            bounded=not options.follow,
-            partitions=mine,
-            log_identity=(state or {}).get("log"),
-            on_event=on_event,
+    for kafka in data.spec.sources:
+        if isinstance(kafka, KafkaSource) and kafka.name in names:
+            state = states.get(kafka.name)
+            stream = _stream_feed(kafka, options, group=group, state=state, on_event=on_event)
+            if stream is not None:
+                into[kafka.name] = stream
+
+
+def _stream_feed(
+    source: KafkaSource,
+    options: FeedOptions,
+    *,
+    group: Group,
+    state: Mapping[str, Any] | None,
+    on_event: EventSink,
+) -> StreamFeed | None:
+    """The feed of one Kafka source, at its checkpointed offsets; None when this trainer owns none of
+    its partitions (more trainers than the topic has partitions: it trains on the other sources)."""
+    mine = None
+    if group.world > 1:  # partition p of each topic belongs to trainer p mod world
+        count = len(stream_partitions(source))
+        mine = [p for p in range(count) if p % group.world == group.rank]
+        if not mine:
+            return None
+    offsets = (state or {}).get("offsets") or None  # none: nothing trained from it yet
+    src = StreamSource(
+        source,
+        passthrough=options.passthrough,
+        start_offsets={int(p): int(o) for p, o in offsets.items()} if offsets else None,
+        bounded=not options.follow,
+        partitions=mine,
+        log_identity=(state or {}).get("log"),
+        on_event=on_event,
+    )
+    if state:
+        src.resume_counts(
+            dead_lettered=int(state["dead_lettered"]),
+            skipped_records=int(state.get("skipped_records", 0)),
         )
-        if state:
-            src.resume_counts(
-                dead_lettered=int(state["dead_lettered"]),
-                skipped_records=int(state.get("skipped_records", 0)),
-            )
-        into[stream_src.name] = StreamFeed(stream_src.name, src)
+    return StreamFeed(source.name, src)
 
 
 def open_replay(

@@ -27,7 +27,7 @@ from airflow_provider_primus.data.tensors import TensorBatch, take_rows
 from airflow_provider_primus.training.shuffle import ShuffleBuffer
 from airflow_provider_primus.training.stream import StreamSource
 
-__all__ = ["SHARED_PAUSE_S", "Feed", "Fifo", "FileFeed", "MemoryFeed", "StreamFeed"]
+__all__ = ["SHARED_PAUSE_S", "Feed", "Fifo", "FileFeed", "MemoryFeed", "ServiceReader", "StreamFeed"]
 
 SHARED_PAUSE_S = 0.2  # how long a trainer of several waits for rows before stepping on without
 
@@ -84,6 +84,112 @@ def _hold(shuffle: tuple[int, int] | None, state: Mapping[str, Any] | None) -> F
     return hold
 
 
+class ServiceReader:
+    """One trainer's connection to a data service, shared by the feeds of the files sources it
+    serves. A job's master runs one data service for all of the job's files sources (one task graph,
+    one set of data executors, one exactly-once ledger), so its rows arrive interleaved: each batch
+    is put in the buffer of the source its task belongs to. Filling one feed stops once another's
+    buffer holds twice what that feed last asked for: the mixer then finds those rows ready and takes
+    them as spare capacity, so no buffer grows without bound and no feed waits on another."""
+
+    def __init__(
+        self,
+        location: str,
+        *,
+        token: str,
+        sparse: Sequence[str],
+        dense: Sequence[str],
+        passthrough: Sequence[str],
+        progress: Mapping[str, Any] | None,
+        open_graph: bool = False,
+        grace_s: float = 0.0,
+        claim: bool = False,
+    ) -> None:
+        self.location = location
+        self.loader = PrimusDataLoader(
+            location,
+            token,
+            sparse=sparse,
+            dense=dense,
+            extra=passthrough,
+            progress=progress,
+            credits=8,
+            grace_s=grace_s,
+            stop_when_idle=open_graph,
+            claim=claim,
+        )
+        # Trainers sharing the data service step on without rows rather than wait for them: the
+        # rows may sit in another trainer's stream until that trainer steps, with us.
+        self._pause_s = SHARED_PAUSE_S if claim else None
+        self._it: Iterator[TensorBatch | None] = self.loader.batches(self._pause_s)
+        self._retry_at = 0.0
+        self.done = False
+        self.holds: dict[str, Fifo | ShuffleBuffer] = {}
+        self._targets: dict[str, int] = {}
+        self._owner: dict[str, str] = {}  # task -> the source whose feed received its rows
+
+    def join(self, name: str, hold: Fifo | ShuffleBuffer, progress: Mapping[str, Any] | None) -> None:
+        """A feed of source ``name``, its buffer, and the tasks its checkpointed progress covers."""
+        self.holds[name] = hold
+        for task in progress or {}:
+            self._owner[task] = name
+
+    def _source_of(self, task: str | None) -> str:
+        if len(self.holds) == 1:  # one feed over the service: all its rows (a holdout's feed too)
+            return next(iter(self.holds))
+        source = self.loader.sources.get(task or "")
+        if source is None or source not in self.holds:
+            raise RuntimeError(
+                f"the data service at {self.location} sent rows of task {task} of source {source!r}, "
+                f"which this trainer does not read (it reads {', '.join(sorted(self.holds))})"
+            )
+        return source
+
+    def fill(self, name: str, target: int) -> None:
+        """Read until ``name``'s buffer holds ``target`` rows, the pass ends, another feed's buffer
+        is full (see the class), or (several trainers) nothing came for a moment."""
+        self._targets[name] = target
+        hold = self.holds[name]
+        while len(hold) < target and not self.done and not self._others_full(name, target):
+            if self.loader.idle:  # an open graph with nothing left for now: look again shortly
+                if time.monotonic() < self._retry_at:
+                    break
+                self._it = self.loader.batches(self._pause_s)
+            try:
+                batch = next(self._it)
+            except StopIteration:
+                if self.loader.idle:
+                    self._retry_at = time.monotonic() + 1.0
+                    break
+                self.done = True
+                break
+            if batch is None:  # nothing for now (a trainer of several): this step goes on without
+                break
+            source = self._source_of(batch.origin)
+            self._owner[batch.origin or ""] = source
+            self.holds[source].put(batch)
+        if self.loader.claim:
+            self.loader.acknowledge()  # the others may wait on what we hold (an ordered graph)
+
+    def _others_full(self, name: str, target: int) -> bool:
+        """Another feed holds twice what it last asked for (or, not asked yet, twice ``target``)."""
+        return any(
+            len(hold) >= 2 * max(self._targets.get(other, 0), target)
+            for other, hold in self.holds.items()
+            if other != name
+        )
+
+    def progress(self, name: str) -> dict[str, list[tuple[int, int]]]:
+        """The rows of ``name``'s tasks handed over (its checkpoint's progress, keyed by task)."""
+        single = len(self.holds) == 1
+        return {t: r for t, r in self.loader.progress().items() if single or self._owner.get(t) == name}
+
+    def close(self) -> None:
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
+
 class FileFeed:
     stream = False
 
@@ -107,6 +213,7 @@ class FileFeed:
         self.name = name
         self.server: DispatcherServer | None = None
         self.executors: list[ExecutorProcess] = []
+        self._owns_service = True
         progress = dict(state["progress"]) if state else None
         server = DispatcherServer(Dispatcher(tasks, edges, progress=progress), token).start()
         self.server = server
@@ -122,40 +229,41 @@ class FileFeed:
                         passthrough=tuple(passthrough),
                     )
                 )
+            service = ServiceReader(
+                server.location,
+                token=token,
+                sparse=sparse,
+                dense=dense,
+                passthrough=passthrough,
+                progress=progress,
+            )
         except Exception:
             self.close()
             raise
-        self._connect(
-            server.location,
-            token=token,
-            sparse=sparse,
-            dense=dense,
-            passthrough=passthrough,
-            state=state,
-            shuffle=shuffle,
-        )
+        self._join(service, state, shuffle)
 
     @classmethod
     def attach(
         cls,
-        name: str,
+        names: Sequence[str],
         location: str,
         *,
         token: str,
         sparse: Sequence[str],
         dense: Sequence[str],
         passthrough: Sequence[str] = (),
-        state: Mapping[str, Any] | None = None,
+        states: Mapping[str, Mapping[str, Any] | None],
         open_graph: bool = False,
         grace_s: float = 0.0,
         shuffle: tuple[int, int] | None = None,
         rewind: Mapping[str, Any] | None = None,
         claim: bool = False,
-    ) -> FileFeed:
-        """A feed over a data service someone else runs (a job's master and its data executors).
-        ``rewind``: where the service's consumption restarts (the checkpoint's, of every trainer;
-        None: another trainer rewinds it); ``claim``: other trainers read the same service."""
-        feed = cls.__new__(cls)
+    ) -> list[FileFeed]:
+        """One feed per files source of ``names`` over a data service someone else runs (a job's
+        master and its data executors), sharing one connection to it. ``states``: each source's
+        checkpointed state; ``rewind``: where the service's consumption restarts (the checkpoint's,
+        of every trainer and every source; None: another trainer rewinds it); ``claim``: other
+        trainers read the same service."""
         # The master's dispatcher may have seen acknowledgements newer than our checkpoint (we
         # crashed after them): consumption restarts from what the checkpoint holds.
         if rewind is not None:
@@ -164,58 +272,39 @@ class FileFeed:
                 client.rewind(dict(rewind))
             finally:
                 client.close()
-        feed.name = name
-        feed.server = None
-        feed.executors = []
-        feed._connect(
+        progress: dict[str, Any] = {}
+        for name in names:
+            progress.update(dict((states.get(name) or {}).get("progress") or {}))
+        service = ServiceReader(
             location,
             token=token,
             sparse=sparse,
             dense=dense,
             passthrough=passthrough,
-            state=state,
+            progress=progress,
             open_graph=open_graph,
             grace_s=grace_s,
-            shuffle=shuffle,
             claim=claim,
         )
-        return feed
+        feeds = []
+        for name in names:
+            feed = cls.__new__(cls)
+            feed.name = name
+            feed.server = None
+            feed.executors = []
+            feed._owns_service = name == names[0]  # the first closes the shared connection
+            feed._join(service, states.get(name), shuffle)
+            feeds.append(feed)
+        return feeds
 
-    def _connect(
-        self,
-        location: str,
-        *,
-        token: str,
-        sparse: Sequence[str],
-        dense: Sequence[str],
-        passthrough: Sequence[str],
-        state: Mapping[str, Any] | None,
-        open_graph: bool = False,
-        grace_s: float = 0.0,
-        shuffle: tuple[int, int] | None = None,
-        claim: bool = False,
+    def _join(
+        self, service: ServiceReader, state: Mapping[str, Any] | None, shuffle: tuple[int, int] | None
     ) -> None:
-        progress = dict(state["progress"]) if state else None
-        self.location = location
-        self.loader = PrimusDataLoader(
-            location,
-            token,
-            sparse=sparse,
-            dense=dense,
-            extra=passthrough,
-            progress=progress,
-            credits=8,
-            grace_s=grace_s,
-            stop_when_idle=open_graph,
-            claim=claim,
-        )
-        # Trainers sharing the data service step on without rows rather than wait for them: the
-        # rows may sit in another trainer's stream until that trainer steps, with us.
-        self._pause_s = SHARED_PAUSE_S if claim else None
-        self._it: Iterator[TensorBatch | None] = self.loader.batches(self._pause_s)
-        self._retry_at = 0.0
+        self.service = service
+        self.location = service.location
+        self.loader = service.loader
         self._hold = _hold(shuffle, state)
-        self._done = False
+        service.join(self.name, self._hold, (state or {}).get("progress"))
         self.watermark_ms = int(state["watermark_ms"]) if state else 0
         self.window: str | None = state.get("window") if state else None  # of the rows taken last
 
@@ -223,25 +312,7 @@ class FileFeed:
         """Blocks until ``want`` rows are buffered (and a shuffle's pool can stay full) or the
         window is finished: batch data is always "there", only the pipeline's latency stands
         between, so waiting keeps runs deterministic."""
-        target = want + self._hold.wants()
-        while len(self._hold) < target and not self._done:
-            if self.loader.idle:  # an open graph with nothing left for now: look again shortly
-                if time.monotonic() < self._retry_at:
-                    break
-                self._it = self.loader.batches(self._pause_s)
-            try:
-                batch = next(self._it)
-            except StopIteration:
-                if self.loader.idle:
-                    self._retry_at = time.monotonic() + 1.0
-                    break
-                self._done = True
-                break
-            if batch is None:  # nothing for now (a trainer of several): this step goes on without
-                break
-            self._hold.put(batch)
-        if self.loader.claim:
-            self.loader.acknowledge()  # the others may wait on what we hold (an ordered graph)
+        self.service.fill(self.name, want + self._hold.wants())
         return len(self._hold)
 
     def take(self, rows: int) -> list[TensorBatch]:
@@ -254,12 +325,12 @@ class FileFeed:
         return out
 
     def exhausted(self) -> bool:
-        return self._done and len(self._hold) == 0
+        return self.service.done and len(self._hold) == 0
 
     def state(self) -> dict[str, Any]:
         held = self._hold.state()
         return {
-            "progress": self.loader.progress(),
+            "progress": self.service.progress(self.name),
             "buffered": held if isinstance(held, list) else [],
             "shuffle": held if isinstance(held, dict) else None,
             "watermark_ms": self.watermark_ms,
@@ -267,10 +338,8 @@ class FileFeed:
         }
 
     def close(self) -> None:
-        if hasattr(self, "_it"):
-            close = getattr(self._it, "close", None)
-            if close is not None:
-                close()
+        if hasattr(self, "service") and self._owns_service:
+            self.service.close()
         if self.server is not None:
             self.server.stop()
         for e in self.executors:

@@ -38,6 +38,7 @@ from airflow_provider_primus.spec.training import (
     PrimusTraining,
     check_against,
     feature_columns,
+    kafka_sources,
     stream_source,
     table_sizes,
 )
@@ -206,7 +207,7 @@ class Trainer:
         self._closed = False
         self.savepoints = Savepoints(self.reporter)
         self.weights = SourceWeights(
-            self.mode, self.stream_src.name if self.stream_src is not None else None, spec.mixing.sources
+            self.mode, frozenset(s.name for s in kafka_sources(data)), spec.mixing.sources
         )
         self.updater = Updater(
             self.model,
@@ -308,10 +309,15 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------------
 
     def _stream_feed(self) -> StreamFeed | None:
+        """The stream the freshness guard watches (``stream_source``)."""
         if self.stream_src is None:
             return None
         feed = self.feeds.get(self.stream_src.name)
         return feed if isinstance(feed, StreamFeed) else None
+
+    def _stream_feeds(self) -> list[StreamFeed]:
+        """Every stream this trainer reads (one per Kafka source), each with its own offsets."""
+        return [f for f in self.feeds.values() if isinstance(f, StreamFeed)]
 
     def _checkpoint(self, policy: MixPolicy) -> None:
         self.savepoints.take()  # every savepoint asked for until now is covered by this checkpoint
@@ -331,8 +337,7 @@ class Trainer:
             self.checkpoints.save(self.step, {**state, "ranks": ranks})
             prune_shards(self.checkpoints)
         self.group.barrier()  # durable before any trainer commits its offsets
-        stream = self._stream_feed()
-        if stream is not None:
+        for stream in self._stream_feeds():
             stream.source.commit(feeds[stream.name]["offsets"])
         self.savepoints.covered(self.checkpoints.path_for(self.step).name, self.step)
 
@@ -385,8 +390,7 @@ class Trainer:
                 self.data,
                 self.training.spec,
                 self.options,
-                names=participants(self.data, self.mode, self.stream_src),
-                stream_src=self.stream_src,
+                names=participants(self.data, self.mode),
                 columns=(self.sparse_cols, self.dense_cols),
                 group=self.group,
                 states=states,
@@ -425,7 +429,8 @@ class Trainer:
         spec = self.training.spec
         freshness = spec.mixing.freshness
         self._clock_switched(self.clock.observe(self.step, self.metrics.watermark_ms))
-        update_gate(self._stream_feed(), self.feeds.values(), replay=self.clock.replay)
+        for each in self._stream_feeds():
+            update_gate(each, self.feeds.values(), replay=self.clock.replay)
         guard, lag, age = freshness_guard(self._stream_feed(), freshness, self._clock_ms)
         # The guard protects a stream the model learns from: in batch mode the stream is only
         # scored, so history never gives way to it (its lag and age are still reported).
@@ -470,7 +475,7 @@ class Trainer:
     def _idle(self, step: LocalStep, policy: MixPolicy) -> None:
         """No trainer has rows this step: a finished pass found out just now goes round once more to
         agree and stop; a followed stream (or an open graph) is waited for; anything else is an error."""
-        stream = self._stream_feed()
+        streams = self._stream_feeds()
         # Trainers sharing a job's data service can all be without rows for a moment (the rows are
         # still being read, or wait behind an ordered graph's barrier): they wait together.
         shared = self.group.world > 1 and self.options.dispatcher is not None
@@ -480,14 +485,14 @@ class Trainer:
             raise RuntimeError(f"no source can supply rows (active: {step.active})")
         if shared and all(f.exhausted() for f in self.feeds.values()):
             return
-        if stream is not None and stream.gate_ms is not None and stream.source.buffered() > 0:
+        if any(s.gate_ms is not None and s.source.buffered() > 0 for s in streams):
             # The replay holds back stream records the history cannot reach now (an open graph
             # waiting for its next window): under ``auto`` the data is live.
             self._clock_switched(self.clock.history_idle(self.step, self.metrics.watermark_ms))
         with self._waiting():
-            if stream is not None:
-                stream.source.wait(0.5)  # an idle stream while following: wait for events
-            elif not shared:  # (a shared data service's feeds waited for rows already)
+            for stream in streams:  # idle streams while following: wait for events
+                stream.source.wait(0.5 / len(streams))
+            if not streams and not shared:  # (a shared data service's feeds waited for rows already)
                 time.sleep(0.2)  # an open graph waiting for its next window
         self._between_steps(policy)
         metrics = self.reporter.extra.get("metrics") if self.reporter is not None else None
@@ -630,8 +635,7 @@ class Trainer:
         return stream.source.health() if stream is not None else None
 
     def _dead_lettered(self) -> int:
-        stream = self._stream_feed()
-        return stream.source.malformed_seen() if stream is not None else 0
+        return sum(stream.source.malformed_seen() for stream in self._stream_feeds())
 
     def close(self) -> None:
         if self._closed:

@@ -46,13 +46,13 @@ class SourceWeights:
     and learning-rate multiplier (the training spec's ``mixing.sources``)."""
 
     mode: str
-    stream: str | None  # the stream source's name, if any
+    streams: frozenset[str]  # the stream (Kafka) sources' names
     controls: Mapping[str, SourceControl]
 
     def trains_on(self, name: str) -> bool:
-        """``batch`` mode scores the stream but never trains on it; ``stream`` mode trains on the
-        stream alone (history is not even read then, but a ready-made feed could still offer it)."""
-        if self.stream is not None and name == self.stream:
+        """``batch`` mode scores the streams but never trains on them; ``stream`` mode trains on the
+        streams alone (history is not even read then, but a ready-made feed could still offer it)."""
+        if name in self.streams:
             return self.mode in ("stream", "mixed")
         if is_replay(name):  # history replayed while the stream trains
             return self.mode == "mixed"
@@ -120,7 +120,6 @@ class Updater:
         )
         logits = None
         self.model.train()
-        stream_name = w.stream
         # Row-wise tables (training/sharding.py): every trainer takes part in every step's lookup
         # and gradient exchanges, with no rows of its own if it has none.
         collective = exchanges_rows(self.model)
@@ -129,10 +128,10 @@ class Updater:
             logits = self.model(sparse, dense)
             offset = 0
             # Reading scores back waits for the GPU: only when there are stream rows to score.
-            scored = any(n == stream_name for n, _ in parts)
+            scored = any(n in w.streams for n, _ in parts)
             probs = torch.sigmoid(logits.detach()).float().cpu().numpy() if scored else None
             for n, b in parts:
-                if n == stream_name and probs is not None:  # progressive validation: scored before
+                if n in w.streams and probs is not None:  # progressive validation: scored before
                     self.scores.append(b.labels.numpy(), probs[offset : offset + len(b)])  # the update
                     self.metrics.rows_scored += len(b)
                 offset += len(b)
@@ -165,7 +164,7 @@ class Updater:
                 self.metrics.rows_replayed[source] = self.metrics.rows_replayed.get(source, 0) + len(b)
             elif w.trains_on(n):
                 self.metrics.rows_trained[n] = self.metrics.rows_trained.get(n, 0) + len(b)
-                if n == stream_name and b.event_time_ms is not None:
+                if n in w.streams and b.event_time_ms is not None:
                     age = (now_ms - b.event_time_ms.numpy()).clip(min=0) / 1000.0
                     self.freshness.add(age.astype(np.float64))
         self._check_event_times(parts)

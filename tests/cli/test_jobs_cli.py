@@ -146,3 +146,24 @@ def test_a_bad_history_interval_stops_the_master_before_the_job_starts(
     monkeypatch.delenv("PRIMUS_HISTORY_EVERY_S")
     final = json.loads(primus("run", str(job_world.job()), "--json").stdout)  # nothing was lost
     assert final["phase"] == "Succeeded" and final["progress"]["acked_rows"] == job_world.rows
+
+
+def test_a_window_of_a_named_source_joins_a_running_job(job_world: JobWorld) -> None:
+    """``primus window``: the window of the named files source joins and is waited for; a source the
+    job does not read exits 1 naming it."""
+    from tests.master.test_sources import RECENT_ROWS, several_sources, write_recent
+
+    several_sources(job_world, None, None)
+    write_recent(job_world.root, range(1, 2))
+    primus("submit", str(job_world.job(follow=True)))
+    start, end = (T0 + timedelta(hours=1)).isoformat(), (T0 + timedelta(hours=2)).isoformat()
+    bad = primus("window", "job", "--start", start, "--end", end, "--source", "recnt", check=False)
+    assert bad.returncode == 1 and "no files source named 'recnt'" in bad.stderr, bad.stderr
+    unnamed = primus("window", "job", "--start", start, "--end", end, check=False)
+    assert unnamed.returncode == 1 and "name the files source this window belongs to" in unnamed.stderr
+    window = json.loads(
+        primus("window", "job", "--start", start, "--end", end, "--source", "recent", "--wait", "120").stdout
+    )
+    assert (window["source"], window["rows"], window["consumed"]) == ("recent", RECENT_ROWS, True)
+    assert window["sources"] == ["recent"]
+    primus("stop", "job", "--wait")

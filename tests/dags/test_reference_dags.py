@@ -86,6 +86,7 @@ def test_daily_windows_join_the_streaming_trainer(daily_world: dict[str, Any], a
         windows = record.status["windows"]
         assert [w["consumed"] for w in windows] == [True] * DAYS
         assert [w["start"] for w in windows] == [(T0 + timedelta(days=d)).isoformat() for d in range(DAYS)]
+        assert [w["source"] for w in windows] == ["history"] * DAYS  # the DAG names the source
         # A re-run of a day (a retried task) appends nothing and finds its window consumed.
         again = daily.test(logical_date=T0 + timedelta(days=1), run_conf=run_conf)
         assert again.state == "success"

@@ -159,11 +159,27 @@ def test_a_broken_training_document_is_reported_under_spec_training(specs: Path)
     assert found == {"spec.training": "spec.batch_size: must be greater than 0"}
 
 
-def test_two_files_sources_are_refused(specs: Path) -> None:
-    write(specs / "two.yaml", data_document(files_source("history"), files_source("more", "/data/more")))
-    found = refused(job_document(data="two.yaml", training="training.yaml"), specs)
+def test_several_files_and_kafka_sources_are_one_job(specs: Path) -> None:
+    """Two files sources and two topics: the job reads them all, mixed (no training document:
+    the defaults, mode mixed, freshness watching the highest-priority topic)."""
+    sources = [files_source("history"), files_source("more", "/data/more"), kafka_source("clicks")]
+    data = data_document(*sources, kafka_source("views"))
+    data["spec"]["mixture"] = [{"source": "views", "weight": 1.0, "priority": 2}]
+    write(specs / "four.yaml", data)
+    document = job_document(data="four.yaml")
+    del document["spec"]["training"]
+    job, _ = load_job(document, specs)
+    assert job.spec.training is None
+
+
+def test_a_freshness_source_that_is_no_topic_is_refused_with_its_path(specs: Path) -> None:
+    sources = [files_source("history"), files_source("more", "/data/more"), kafka_source("clicks")]
+    write(specs / "three.yaml", data_document(*sources))
+    mixed = {**TRAINING, "spec": {"mode": "mixed", "mixing": {"freshness": {"source": "more"}}}}
+    write(specs / "fresh.yaml", mixed)
+    found = refused(job_document(data="three.yaml", training="fresh.yaml"), specs)
     assert found == {
-        "spec.data": "a job serves one files source through its data service (this data has 2: history, more)"
+        "spec.training": "spec.mixing.freshness.source: 'more' is not a kafka source (kafka sources: clicks)"
     }
 
 
@@ -188,7 +204,10 @@ def test_what_the_local_backend_cannot_run_is_refused(specs: Path, spec: Doc, pa
 
 
 def test_every_submission_problem_is_reported_at_once(specs: Path) -> None:
-    write(specs / "two.yaml", data_document(files_source("history"), files_source("more", "/data/more")))
+    write(
+        specs / "two.yaml",
+        data_document(files_source("history"), files_source("more", "/data/more"), window=False),
+    )
     spec: Doc = {
         "roles": {"trainer": {"replicas": {"min": 2}}, "evaluator": {}},
         "backend": {"type": "kubernetes"},

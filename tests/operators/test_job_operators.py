@@ -5,6 +5,7 @@ Airflow's own runner)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,10 +14,16 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow_provider_primus.hooks.primus import PrimusHook
 from airflow_provider_primus.links.job import JOB_XCOM_KEY, PrimusJobLink
 from airflow_provider_primus.operators.base import PrimusJobFailed, job_name_for
-from airflow_provider_primus.operators.job import PrimusScaleOperator, PrimusSubmitJobOperator
+from airflow_provider_primus.operators.job import (
+    PrimusAppendWindowOperator,
+    PrimusScaleOperator,
+    PrimusSubmitJobOperator,
+)
 from airflow_provider_primus.triggers.job import PrimusJobTrigger
 from tests.master.conftest import JobWorld
 from tests.master.test_master import ended, running, until
+from tests.master.test_sources import RECENT_ROWS, several_sources, write_recent
+from tests.training.conftest import T0
 from tests.triggers.test_job_trigger import first_event
 
 pytestmark = pytest.mark.timeout(300)
@@ -96,5 +103,35 @@ def test_scale_operator_asks_the_running_job(job_world: JobWorld) -> None:
         )
         assert result["accepted"] is True
         until(job_world, lambda r: r.status.get("replicas", {}).get("data") == 2)
+        PrimusHook().stop_job("job")
+        until(job_world, ended)
+
+
+def test_append_window_operator_names_its_source_and_an_unknown_one_fails(job_world: JobWorld) -> None:
+    """A job of two files sources: the window of one of them joins and is waited for; a source the
+    job does not read fails the task with an error naming it, appending nothing."""
+    several_sources(job_world, None, None)
+    write_recent(job_world.root, range(1, 2))
+    PrimusHook().submit_job(job_world.job(follow=True), start=False)
+    with running(job_world):
+        PrimusHook().wait_for_master("job")
+        span = {"start": (T0 + timedelta(hours=1)).isoformat(), "end": (T0 + timedelta(hours=2)).isoformat()}
+
+        def append(source: str) -> dict[str, Any]:
+            op = PrimusAppendWindowOperator(
+                task_id="append", job_name="job", source=source, deferrable=False, poll_interval=0.2, **span
+            )
+            result: dict[str, Any] = op.execute(context())
+            return result
+
+        with pytest.raises(Exception, match="no files source named 'recnt' in data 'history'"):
+            append("recnt")
+        result = append("recent")
+        assert (result["window"]["source"], result["window"]["rows"], result["window"]["consumed"]) == (
+            "recent",
+            RECENT_ROWS,
+            True,
+        )
+        assert [w["source"] for w in job_world.store.get("job").status["windows"]] == ["recent"]
         PrimusHook().stop_job("job")
         until(job_world, ended)

@@ -8,8 +8,15 @@ from typing import Any
 import pytest
 
 from airflow_provider_primus.spec import SpecError, load_data_spec
+from airflow_provider_primus.spec.data import window_source
 from airflow_provider_primus.spec.loader import load_training_spec
-from airflow_provider_primus.spec.training import check_against, default_training, table_sizes
+from airflow_provider_primus.spec.training import (
+    check_against,
+    default_training,
+    kafka_sources,
+    stream_source,
+    table_sizes,
+)
 
 EXAMPLE = Path(__file__).parents[2] / "docs" / "examples"
 
@@ -120,3 +127,81 @@ def test_table_sharding_is_chosen_per_sparse_column_and_checked() -> None:
     text = messages(exc)
     assert "spec.model.sharding.user" in text and "did you mean 'user_id'" in text
     assert "spec.checkpoint.dir" in text and "object store" in text
+
+
+def _several_sources(mixture: list[dict[str, Any]] | None = None) -> Any:
+    """The example's data with a second files source (``recent``) and a second topic (``views``)."""
+    data = load_data_spec(EXAMPLE / "primus-data.yaml")
+    raw = data.model_dump(mode="json", by_alias=True, exclude_none=True)
+    history, events = raw["spec"]["sources"]
+    recent = {**history, "name": "recent", "uri": history["uri"] + "-recent"}
+    views = {**events, "name": "views", "topic": "views"}
+    raw["spec"]["sources"] = [history, events, recent, views]
+    if mixture is not None:
+        raw["spec"]["mixture"] = mixture
+    return load_data_spec(raw)
+
+
+def test_several_files_and_kafka_sources_train_together() -> None:
+    """Any number of each: the freshness guard watches the one it names, else the topic of highest
+    mixture priority (then weight), else the first declared."""
+    data = _several_sources()
+    for mode in ("batch", "stream", "mixed"):
+        check_against(load_training_spec(doc(mode=mode)), data)
+    # events weighs 0.3 at priority 0 in the example's mixture; views, not in it, 1.0 at priority 0
+    assert stream_source(default_training(), data).name == "views"  # type: ignore[union-attr]
+    ranked = _several_sources(
+        [
+            {"source": "events", "weight": 0.5, "priority": 1},
+            {"source": "views", "weight": 0.2, "priority": 3},
+        ]
+    )
+    assert stream_source(default_training(), ranked).name == "views"  # type: ignore[union-attr]
+    named = load_training_spec(doc(mixing={"freshness": {"source": "events"}}))
+    assert stream_source(named, ranked).name == "events"  # type: ignore[union-attr]
+    assert [s.name for s in kafka_sources(data)] == ["events", "views"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "words"),
+    [
+        (
+            {"mixing": {"freshness": {"source": "recent"}}},
+            "spec.mixing.freshness.source",
+            "'recent' is not a kafka source (kafka sources: events, views)",
+        ),
+        (
+            {"mixing": {"sources": {"veiws": {"cap": 0.5}}}},
+            "spec.mixing.sources.veiws",
+            "did you mean 'views'",
+        ),
+        (
+            {"mode": "mixed", "mixing": {"replay": {"share": 0.2}}},
+            "spec.mixing.replay.source",
+            "name the files source to replay: history, recent",
+        ),
+    ],
+)
+def test_bad_combinations_of_several_sources_name_their_field(
+    spec: dict[str, Any], path: str, words: str
+) -> None:
+    with pytest.raises(SpecError) as exc:
+        check_against(load_training_spec(doc(**spec)), _several_sources())
+    assert f"{path}: " in messages(exc) and words in messages(exc), messages(exc)
+
+
+def test_a_window_names_a_files_source_of_the_data() -> None:
+    """What a window appended to a running job reads: the files source it names, or the only one."""
+    data = _several_sources()
+    assert window_source(data, "recent") == "recent"
+    cases = {
+        None: "source: name the files source this window belongs to "
+        "(data 'movielens' has 2: history, recent)",
+        "recnt": "source: no files source named 'recnt' in data 'movielens'; did you mean 'recent'?",
+        "views": "source: 'views' is a kafka source; windows are appended to files sources (history, recent)",
+    }
+    for given, message in cases.items():
+        with pytest.raises(SpecError) as exc:
+            window_source(data, given)
+        assert messages(exc) == message
+    assert window_source(load_data_spec(EXAMPLE / "primus-data.yaml"), None) == "history"

@@ -479,6 +479,25 @@ class Dispatcher:
         with self._lock:
             return {t: s.ranges() for t, s in self.acked.items() if s.ranges()}
 
+    def by_source(self) -> dict[str, dict[str, int]]:
+        """Per source (a job's data service serves several): its tasks, those done and quarantined,
+        its rows (as far as known) and the rows acknowledged. O(tasks): a status view."""
+        with self._lock:
+            out: dict[str, dict[str, int]] = {}
+            for task_id, task in self.tasks.items():
+                tally = out.setdefault(
+                    task.source,
+                    {"tasks": 0, "tasks_done": 0, "tasks_quarantined": 0, "rows": 0, "acked_rows": 0},
+                )
+                tally["tasks"] += 1
+                if task_id in self.quarantined:
+                    tally["tasks_quarantined"] += 1
+                elif task_id in self._task_done:
+                    tally["tasks_done"] += 1
+                tally["rows"] += self.total_rows.get(task_id, 0)
+                tally["acked_rows"] += self.acked[task_id].total()
+            return out
+
     def executor_metrics(self) -> dict[str, dict[str, Any]]:
         """Each registered executor's last heartbeat metrics: O(executors), for a master's every pass."""
         with self._lock:

@@ -134,6 +134,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         self.ends: dict[str, int | None] = {}
         # Each task's window (its time group): the trainer shuffles history within a window only.
         self.windows: dict[str, str] = {}
+        self.sources: dict[str, str] = {}  # and its source (a job's data service serves several)
         self.metrics = Metrics()
         self._metrics_lock = threading.Lock()
         self.stopping = threading.Event()
@@ -208,6 +209,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         start, end = lease["start_row"], lease["end_row"]
         self.ends[item_id] = end
         self.windows[task.task_id] = task.group
+        self.sources[task.task_id] = task.source
         source = self.spec.spec.source(task.source)
         transformer = self.transformers[source.name]
         fs, _ = open_source_filesystem(source)
@@ -424,6 +426,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                             dumps(
                                 {
                                     "task": task_id,
+                                    "source": self.sources.get(task_id),
                                     "window": self.windows.get(task_id),
                                     "start": first_row + offset,
                                     "rows": out.num_rows,

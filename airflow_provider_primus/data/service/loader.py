@@ -149,6 +149,9 @@ class PrimusDataLoader:
         self._queue: queue.Queue[Any] = queue.Queue()
         self.rows = 0
         self.duplicates_dropped = 0
+        # Each task's source, as its executor names it: one data service can serve several files
+        # sources (a job's), and the trainer keeps their rows apart.
+        self.sources: dict[str, str] = {}
 
     def progress(self) -> dict[str, list[tuple[int, int]]]:
         """Rows the trainer has consumed, per task (a checkpoint's data progress)."""
@@ -237,6 +240,8 @@ class PrimusDataLoader:
                     continue
                 last_progress = time.monotonic()
                 task, start = meta["task"], int(meta["start"])
+                if meta.get("source") is not None:
+                    self.sources[task] = meta["source"]
                 consumed = self._consumed.setdefault(task, IntervalSet())
                 fresh = consumed.missing(start, start + data.num_rows)
                 seen = data.num_rows - sum(b - a for a, b in fresh)

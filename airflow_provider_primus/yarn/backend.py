@@ -9,8 +9,10 @@ What is specific here:
   duplicate. The handle records the container id once YARN allocated one.
 * **Asking is not running.** ``launch`` waits a while for the container to start, then returns either
   way: an ask YARN cannot place yet stays pending, like an unschedulable pod, and counts as alive.
-* **Secrets.** The token and the job's documents are LocalResources (staged 0600 on the cluster's
-  filesystem); the executor reads the token from the file ``$PRIMUS_JOB_TOKEN_FILE`` names.
+* **Secrets.** The token, the job's documents and a TLS job's CA are LocalResources (staged 0600 on
+  the cluster's filesystem); the executor reads the token from the file ``$PRIMUS_JOB_TOKEN_FILE``
+  names and the CA from the folder ``$PRIMUS_TLS_DIR`` names: its container's directory, never the
+  master's folder (which is on another machine).
 * **Vertical scaling in place.** ``resize`` sends a container update request (increase, decrease, or
   increase then decrease when one dimension goes each way); the NodeManager changes the running
   container's resources, its id stays. A refusal is a ``ResizeRefused`` event and
@@ -35,6 +37,7 @@ from airflow_provider_primus.credentials import TOKEN_ENV, TOKEN_FILE_ENV
 from airflow_provider_primus.process import EXIT_FILE_ENV
 from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
 from airflow_provider_primus.spec.status import EventType
+from airflow_provider_primus.tls import TLS_DIR_ENV
 from airflow_provider_primus.yarn.am import AmClient, AmError, AmUnreachable
 from airflow_provider_primus.yarn.application import TOKEN_LINK, YarnSession, document_link
 
@@ -144,6 +147,8 @@ class YarnBackend:
         out.update(self.env)
         out.update({k: v for k, v in env.items() if k not in (TOKEN_ENV, EXIT_FILE_ENV)})
         out[TOKEN_FILE_ENV] = "{{PWD}}/" + TOKEN_LINK  # expanded by the NodeManager
+        if TLS_DIR_ENV in env:
+            out[TLS_DIR_ENV] = "{{PWD}}"  # ca.crt and ca.key are localized there (application.py)
         return out
 
     def launch(  # noqa: PLR0917 - the Backend protocol

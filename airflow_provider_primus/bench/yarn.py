@@ -67,7 +67,7 @@ def _run_job(root: Path, name: str, rows: int, executors: int, yarn: dict[str, A
     def on_status(status: dict[str, Any]) -> None:
         acked.append((time.time(), int(status["progress"]["acked_rows"])))
 
-    factory = backend_factory(launch_wait_s=120.0) if yarn is not None else None
+    factory = backend_factory() if yarn is not None else None
     master = Master(name, store, home=home, tick_s=0.2, on_status=on_status, backend_factory=factory)
 
     def watch() -> None:  # when each data executor registers with the dispatcher (ready to serve)

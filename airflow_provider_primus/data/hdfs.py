@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import os
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -24,6 +25,20 @@ _filesystems: dict[tuple[str, str], pafs.FileSystem] = {}
 
 class HdfsError(RuntimeError):
     """An ``hdfs://`` URI cannot be opened; the message says which setting is missing."""
+
+
+def _replacing_webhdfs() -> type[Any]:
+    """fsspec's WebHDFS whose ``mv`` keeps pyarrow's ``move`` contract (a file at the destination is
+    replaced) atomically: HDFS's rename with the OVERWRITE option (``rename2``), where the plain
+    rename fsspec sends answers ``false`` and moves nothing. Checkpoint manifests rely on it."""
+    from fsspec.implementations.webhdfs import WebHDFS
+
+    class ReplacingWebHDFS(WebHDFS):  # type: ignore[misc]
+        def mv(self, path1: str, path2: str, **kwargs: Any) -> None:
+            destination = self._strip_protocol(path2)
+            self._call("RENAME", method="put", path=path1, destination=destination, renameoptions="OVERWRITE")
+
+    return ReplacingWebHDFS
 
 
 def open_hdfs(uri: str, owner: str | None = None) -> tuple[pafs.FileSystem, str]:
@@ -52,8 +67,6 @@ def open_hdfs(uri: str, owner: str | None = None) -> tuple[pafs.FileSystem, str]
     key = (conf.webhdfs_url, user)
     fs = _filesystems.get(key)
     if fs is None:
-        from fsspec.implementations.webhdfs import WebHDFS
-
-        webhdfs = WebHDFS(http.hostname, port=http.port, user=user)
+        webhdfs = _replacing_webhdfs()(http.hostname, port=http.port, user=user)
         fs = _filesystems[key] = pafs.PyFileSystem(pafs.FSSpecHandler(webhdfs))
     return fs, parsed.path.rstrip("/") or "/"

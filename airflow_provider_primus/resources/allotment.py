@@ -23,6 +23,16 @@ from airflow_provider_primus.resources.backend import Allotment
 log = logging.getLogger(__name__)
 
 ENV_VAR = "PRIMUS_ALLOTMENT_FILE"
+# Native thread pools that size themselves from the machine's cores at start-up.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def thread_env(allotment: Allotment) -> dict[str, str]:
+    """The environment that sizes OpenMP, MKL and OpenBLAS to an executor's whole cores at its start
+    (``apply_threads`` sizes pyarrow's and torch's own pools later): without it a process spawns a
+    thread per core of the node, however few it was given, and oversubscribes it."""
+    return dict.fromkeys(THREAD_VARS, str(max(1, math.ceil(allotment.cpu))))
+
 
 _Key = tuple[int, int, int]
 

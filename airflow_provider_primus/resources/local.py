@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_primus.resources import procfs
+from airflow_provider_primus.resources.allotment import thread_env
 from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
 from airflow_provider_primus.resources.cgroups import Groups, Hierarchy, Setting
 from airflow_provider_primus.resources.own_usage import OWN_CGROUP_ENV
@@ -38,7 +39,6 @@ from airflow_provider_primus.resources.own_usage import OWN_CGROUP_ENV
 log = logging.getLogger(__name__)
 
 _WRAPPER = Path(__file__).resolve().parents[1] / "_affinity_exec.py"
-_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _TICK_S = 0.015  # throttle period: short enough that a stopped executor never stalls for long
 _BURST_S = 0.05  # core-seconds a throttled executor may run ahead of its quota
 _PRESSURE_FRACTION = 0.85
@@ -147,8 +147,7 @@ class LocalBackend:
     ) -> Handle:
         afile = self.workdir / f"{name}.allotment.json"
         logfile = self.workdir / f"{name}.log"
-        threads = dict.fromkeys(_THREAD_VARS, str(max(1, math.ceil(allotment.cpu))))
-        full_env = {**os.environ, **env, "PRIMUS_ALLOTMENT_FILE": str(afile), **threads}
+        full_env = {**os.environ, **env, "PRIMUS_ALLOTMENT_FILE": str(afile), **thread_env(allotment)}
         # cgroup v2: the executor's group holds all its use, so it may measure itself there (v1
         # here has no per-executor cpuacct group: /proc it is, which this backend reads too).
         if self._hierarchy is not None and self._hierarchy.version == 2:

@@ -169,7 +169,7 @@ class Checkpoint(StrictModel):
     """Checkpoints are written every ``every_steps`` steps or ``every_s`` seconds, whichever comes
     first (0 turns a trigger off); Kafka offsets are committed only after one is durable."""
 
-    dir: NonEmptyStr | None = None  # a local directory or s3://bucket/prefix
+    dir: NonEmptyStr | None = None  # a local directory, s3://bucket/prefix or hdfs://namenode/path
     every_steps: NonNegativeInt = 500
     every_s: NonNegativeFloat = 60.0
     keep: PositiveInt = 3
@@ -182,7 +182,7 @@ class Checkpoint(StrictModel):
 
 
 class Publish(StrictModel):
-    dir: NonEmptyStr | None = None  # a local directory or s3://bucket/prefix
+    dir: NonEmptyStr | None = None  # a local directory, s3://bucket/prefix or hdfs://namenode/path
     every_steps: NonNegativeInt = 0
     every_s: NonNegativeFloat = 600.0
     keep: PositiveInt = 5

@@ -1,4 +1,4 @@
-"""Checkpoints and published models on an object store, atomic without a rename.
+"""Checkpoints and published models on an object store or HDFS, committed by a manifest.
 
 An object store has no rename and no directory to fsync, but a PUT is atomic: an object is either
 absent or whole, and a multipart upload becomes visible only when it completes. So every payload is
@@ -16,6 +16,12 @@ only then a small **manifest** is PUT that points at it with its size and SHA-25
 
 Loading reads the whole payload (a checkpoint is restored whole); writing streams it as a multipart
 upload. Errors name what failed (``checkpoints at s3://…``) and never a credential.
+
+``hdfs://`` uses the same layout with one difference: an HDFS file is visible, growing, while it is
+written, so a reader could list a half-written manifest. There a manifest is written under a
+``_tmp-`` name first and then renamed into place (an HDFS rename is atomic, over WebHDFS too, where
+its OVERWRITE option replaces a manifest of the same step); payloads need no rename (size and hash
+are checked).
 """
 
 from __future__ import annotations
@@ -38,8 +44,8 @@ import torch
 from torch.serialization import MAP_LOCATION
 
 from airflow_provider_primus.data.objectstore import ObjectStoreError, named_failure
-from airflow_provider_primus.data.sources.files import is_object_store, open_filesystem
-from airflow_provider_primus.spec.storage import ObjectStorage
+from airflow_provider_primus.data.sources.files import open_filesystem
+from airflow_provider_primus.spec.storage import OBJECT_STORE_SCHEMES, ObjectStorage, uri_scheme
 from airflow_provider_primus.training.checkpoint import CheckpointError, CheckpointStore
 from airflow_provider_primus.training.publish import (
     MANIFEST_FILE,
@@ -67,6 +73,30 @@ def _names(fs: pafs.FileSystem, directory: str) -> list[pafs.FileInfo]:
 def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
     with fs.open_output_stream(path) as out:
         out.write(data)
+
+
+_TMP_PREFIX = "_tmp-"
+# Where a finished file appears whole only after a rename (see the module's docstring).
+RENAME_COMMIT_SCHEMES = ("hdfs",)
+REMOTE_SCHEMES = (*OBJECT_STORE_SCHEMES, *RENAME_COMMIT_SCHEMES)
+
+
+def _commit(fs: pafs.FileSystem, path: str, data: bytes, *, rename: bool) -> None:
+    """Write the small file that commits a checkpoint or a version, replacing one of the same name (a
+    trainer saves its last step again when the pass ends): a PUT on an object store, a write then an
+    atomic rename on HDFS."""
+    if not rename:
+        _put(fs, path, data)
+        return
+    folder, _, name = path.rpartition("/")
+    staged = f"{folder}/{_TMP_PREFIX}{secrets.token_hex(8)}-{name}"
+    _put(fs, staged, data)
+    fs.move(staged, path)  # WebHDFS: rename with OVERWRITE (data/hdfs.py)
+    if fs.get_file_info(staged).type != pafs.FileType.NotFound:
+        # A client whose rename does not replace (libhdfs answers "false"): remove, then rename. A
+        # reader in between finds the previous checkpoint, never a partial one.
+        _delete(fs, path)
+        fs.move(staged, path)
 
 
 def _get(fs: pafs.FileSystem, path: str) -> bytes:
@@ -105,6 +135,13 @@ class _Prefix:
         self.root = root.rstrip("/")
         self.keep = keep
         self.uri = uri or f"s3://{self.root}"
+        self.rename = uri_scheme(self.uri) in RENAME_COMMIT_SCHEMES
+
+    def _orphans(self, folder: str) -> None:
+        """Staged commit files left by a writer that died between write and rename."""
+        for info in _names(self.fs, folder):
+            if info.base_name.startswith(_TMP_PREFIX):
+                _delete(self.fs, info.path)
 
 
 class ObjectCheckpointStore(_Prefix):
@@ -145,7 +182,8 @@ class ObjectCheckpointStore(_Prefix):
         try:
             _put(self.fs, f"{self.root}/{payload}", data)
             # The commit point: only now can a reader see this checkpoint.
-            _put(self.fs, str(self.path_for(step)), json.dumps(manifest, sort_keys=True).encode())
+            body = json.dumps(manifest, sort_keys=True).encode()
+            _commit(self.fs, str(self.path_for(step)), body, rename=self.rename)
         except OSError as exc:
             raise self._fail(f"writing step {step} to", exc) from exc
         self._prune()
@@ -216,6 +254,8 @@ class ObjectCheckpointStore(_Prefix):
             for info in _names(self.fs, self.root):
                 if _PAYLOAD_RE.fullmatch(info.base_name) and info.base_name not in kept:
                     _delete(self.fs, info.path)
+            if self.rename:
+                self._orphans(self.root)
         except OSError as exc:  # retention is best effort: the checkpoint itself is committed
             log.warning("checkpoints at %s: pruning old checkpoints failed: %s", self.uri, exc)
 
@@ -304,7 +344,7 @@ class ObjectPublisher(_Prefix):
                 },
             }
             body = (json.dumps(full, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
-            _put(self.fs, f"{path}/{MANIFEST_FILE}", body)  # the commit point
+            _commit(self.fs, f"{path}/{MANIFEST_FILE}", body, rename=self.rename)  # the commit point
         except OSError as exc:
             raise named_failure("published models", "writing to", self.uri, exc) from exc
         self._prune()
@@ -322,15 +362,23 @@ class ObjectPublisher(_Prefix):
                 path = f"{self.root}/v{version:06d}"
                 _delete(self.fs, f"{path}/{MANIFEST_FILE}")
                 self.fs.delete_dir(path)
+            if self.rename and newest:
+                self._orphans(f"{self.root}/v{newest:06d}")
         except OSError as exc:
             log.warning("published models at %s: pruning old versions failed: %s", self.uri, exc)
+
+
+def _remote(location: str | Path) -> bool:
+    return isinstance(location, str) and uri_scheme(location) in REMOTE_SCHEMES
 
 
 def checkpoint_store_for(
     location: str | Path, keep: int, storage: ObjectStorage | None = None
 ) -> CheckpointStore | ObjectCheckpointStore:
-    """A local directory's :class:`CheckpointStore` as before, or an object store's for ``s3://``."""
-    if isinstance(location, str) and is_object_store(location):
+    """A local directory's :class:`CheckpointStore` as before, or the manifest-committed store for
+    ``s3://`` and ``hdfs://``."""
+    if _remote(location):
+        assert isinstance(location, str)
         fs, root = open_filesystem(location, storage, owner="checkpoints")
         return ObjectCheckpointStore(fs, root, keep, uri=location)
     return CheckpointStore(Path(location), keep=keep)
@@ -339,8 +387,10 @@ def checkpoint_store_for(
 def publisher_for(
     location: str | Path, keep: int, storage: ObjectStorage | None = None
 ) -> Publisher | ObjectPublisher:
-    """A local directory's :class:`Publisher` as before, or an object store's for ``s3://``."""
-    if isinstance(location, str) and is_object_store(location):
+    """A local directory's :class:`Publisher` as before, or the manifest-committed one for ``s3://``
+    and ``hdfs://``."""
+    if _remote(location):
+        assert isinstance(location, str)
         fs, root = open_filesystem(location, storage, owner="published models")
         return ObjectPublisher(fs, root, keep, uri=location)
     return Publisher(Path(location), keep=keep)

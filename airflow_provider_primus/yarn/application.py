@@ -6,7 +6,10 @@ the job token (0600) and the job's documents under ``<staging>/<application id>/
 default filesystem and submits through the ResourceManager's REST API with
 ``keep-containers-across-application-attempts``: when the ApplicationMaster dies, YARN starts a new
 attempt and the executors' containers keep running for it to re-adopt. The token and the documents
-reach the AM and every container as LocalResources, never on a command line.
+reach the AM and every container as LocalResources, never on a command line. So does a TLS job's
+certificate authority (``tls.py``): ``ca.crt`` and ``ca.key``, staged 0600 and localized with
+APPLICATION visibility into each executor container's working directory, where the executor issues
+itself a certificate for the address it serves on, as a pod does from the mounted Secret.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
+from airflow_provider_primus.tls import CA_FILE, CA_KEY_FILE, JobCa
 from airflow_provider_primus.yarn.am import AmClient
 from airflow_provider_primus.yarn.build import AM_CLASS, YarnBuild, ensure_build
 from airflow_provider_primus.yarn.config import HadoopConf, load_conf
@@ -96,9 +100,12 @@ class YarnSession:
         *,
         build: YarnBuild | None = None,
         conf: HadoopConf | None = None,
+        ca: JobCa | None = None,
     ) -> None:
+        """``ca``: the job's certificate authority when it serves TLS, shipped to every executor."""
         self.job, self.settings = job, settings
         self._token = token
+        self._ca = ca
         self.documents = dict(documents)  # absolute path on the master -> text
         self.conf = conf or load_conf(settings.conf_dir)
         self.user = settings.user or getpass.getuser()
@@ -126,6 +133,8 @@ class YarnSession:
         files = [(TOKEN_LINK, self._token.encode(), "600")]
         for i, (path, text) in enumerate(self.documents.items()):
             files.append((document_link(i, path), text.encode(), "600"))
+        if self._ca is not None:  # a TLS job: $PRIMUS_TLS_DIR is the container's directory
+            files += [(CA_FILE, self._ca.cert_pem, "600"), (CA_KEY_FILE, self._ca.key_pem, "600")]
         return files
 
     def _restage_known(self, app_id: str) -> list[StagedFile]:

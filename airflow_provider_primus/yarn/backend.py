@@ -7,10 +7,16 @@ What is specific here:
 * **Identity.** An executor incarnation is the AM's key ``<name>.<incarnation>``: a launch the master
   repeats (it died after asking, before recording) finds the same ask or container instead of a
   duplicate. The handle records the container id once YARN allocated one.
-* **Asking is not running.** ``launch`` waits a while for the container to start, then returns either
-  way: an ask YARN cannot place yet stays pending, like an unschedulable pod, and counts as alive.
-* **Secrets.** The token and the job's documents are LocalResources (staged 0600 on the cluster's
-  filesystem); the executor reads the token from the file ``$PRIMUS_JOB_TOKEN_FILE`` names.
+* **Asking is not running.** ``launch`` places the ask and returns (``launch_wait_s``, 0 by default,
+  may wait that long for the container to start): an ask YARN cannot place yet stays pending, like
+  an unschedulable pod, and counts as alive; the handle gets its container id when ``observe``
+  sees it allocated. Not waiting matters: the master launches the data role and then the trainers,
+  and a launch that waited for its container would put the trainers' asks a scheduling round
+  (an AM heartbeat, a container start) behind the data executors' (``primus bench yarn``).
+* **Secrets.** The token, the job's documents and a TLS job's CA are LocalResources (staged 0600 on
+  the cluster's filesystem); the executor reads the token from the file ``$PRIMUS_JOB_TOKEN_FILE``
+  names and the CA from the folder ``$PRIMUS_TLS_DIR`` names: its container's directory, never the
+  master's folder (which is on another machine).
 * **Vertical scaling in place.** ``resize`` sends a container update request (increase, decrease, or
   increase then decrease when one dimension goes each way); the NodeManager changes the running
   container's resources, its id stays. A refusal is a ``ResizeRefused`` event and
@@ -33,8 +39,10 @@ from typing import Any, Literal, TypeVar
 
 from airflow_provider_primus.credentials import TOKEN_ENV, TOKEN_FILE_ENV
 from airflow_provider_primus.process import EXIT_FILE_ENV
+from airflow_provider_primus.resources.allotment import thread_env
 from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
 from airflow_provider_primus.spec.status import EventType
+from airflow_provider_primus.tls import TLS_DIR_ENV
 from airflow_provider_primus.yarn.am import AmClient, AmError, AmUnreachable
 from airflow_provider_primus.yarn.application import TOKEN_LINK, YarnSession, document_link
 
@@ -82,7 +90,7 @@ class YarnBackend:
         on_event: Callable[[str, str, dict[str, Any]], None] | None = None,
         on_resize_refused: Literal["keep", "recreate"] = "keep",
         python: str | None = None,
-        launch_wait_s: float = 60.0,
+        launch_wait_s: float = 0.0,
         resize_wait_s: float = 30.0,
         job_phase: Callable[[], str | None] | None = None,
         env: Mapping[str, str] | None = None,
@@ -139,11 +147,16 @@ class YarnBackend:
         links = {path: document_link(i, path) for i, path in enumerate(self.session.documents)}
         return [links.get(arg, arg) for arg in out]  # documents are in the container's directory
 
-    def _env(self, env: Mapping[str, str]) -> dict[str, str]:
+    def _env(self, env: Mapping[str, str], allotment: Allotment) -> dict[str, str]:
         out = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+        # YARN counts vcores but (without the LinuxContainerExecutor's cgroups) does not hold a
+        # process to them: native pools sized to the node's cores would oversubscribe it.
+        out.update(thread_env(allotment))
         out.update(self.env)
         out.update({k: v for k, v in env.items() if k not in (TOKEN_ENV, EXIT_FILE_ENV)})
         out[TOKEN_FILE_ENV] = "{{PWD}}/" + TOKEN_LINK  # expanded by the NodeManager
+        if TLS_DIR_ENV in env:
+            out[TLS_DIR_ENV] = "{{PWD}}"  # ca.crt and ca.key are localized there (application.py)
         return out
 
     def launch(  # noqa: PLR0917 - the Backend protocol
@@ -163,7 +176,7 @@ class YarnBackend:
             "memory_mb": memory_mb(allotment),
             "vcores": vcores(allotment),
             "command": self._command(command),
-            "env": self._env(env),
+            "env": self._env(env, allotment),
             "resources": [f.am_resource() for f in self.session.files],
         }
         slot = self._call(lambda am: am.launch(key, spec, self.launch_wait_s))

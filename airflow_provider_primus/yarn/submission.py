@@ -22,7 +22,7 @@ def backend_factory(**overrides: object) -> Callable[[Master], YarnBackend]:
     def make(master: Master) -> YarnBackend:
         settings = master.job.spec.backend.yarn or YarnSettings()
         stored = master.store.get(master.name).spec
-        session = YarnSession(master.name, master.token, settings, job_documents(stored))
+        session = YarnSession(master.name, master.token, settings, job_documents(stored), ca=master.ca)
         session.ensure_application()
         return YarnBackend(
             session,

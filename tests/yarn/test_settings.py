@@ -82,3 +82,23 @@ def test_an_hdfs_uri_without_libhdfs_or_a_configuration_says_what_to_set(
     monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
     with pytest.raises(HdfsError, match=r"names NameNode nn\.example:8020 but HADOOP_CONF_DIR"):
         open_hdfs("hdfs://nn.example:8020/logs", "source 'history'")
+
+
+@pytest.mark.parametrize(
+    ("backend", "host", "tls", "expected"),
+    [
+        ("yarn", "127.0.0.1", None, False),  # one machine: nothing leaves it
+        ("yarn", "10.0.0.5", None, True),  # NodeManagers elsewhere reach the master: TLS
+        ("yarn", "0.0.0.0", None, True),
+        ("yarn", "10.0.0.5", False, False),  # the job's own word wins
+        ("local", "10.0.0.5", None, True),
+        ("kubernetes", "127.0.0.1", None, True),
+    ],
+)
+def test_tls_defaults_as_on_the_other_backends(
+    backend: str, host: str, tls: bool | None, expected: bool
+) -> None:
+    settings: dict[str, object] = {"type": backend, **({"tls": tls} if tls is not None else {})}
+    doc = {"apiVersion": "primus.dev/v1alpha1", "kind": "PrimusJob", "metadata": {"name": "j"}}
+    spec = {"data": "d", "backend": settings, "control": {"host": host}}
+    assert validate_job_spec({**doc, "spec": spec}).spec.tls is expected

@@ -219,6 +219,12 @@ class PrimusDataLoader:
                     if self.stop_when_idle and state.get("idle") and self._queue.empty():
                         self.idle = True
                         return
+                    if time.monotonic() - last_discovery >= self.poll_s:
+                        # Starved, if only for a moment: an executor added since (a scale-out) is
+                        # what would feed us. Waiting for a whole poll_s without a batch first would
+                        # never find it while one executor keeps trickling batches in.
+                        self._connect_new(self._dispatcher.status())
+                        last_discovery = time.monotonic()
                     try:
                         conn, meta, data = self._queue.get(timeout=self.poll_s)
                     except queue.Empty:

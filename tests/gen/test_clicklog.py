@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -484,6 +485,16 @@ def test_produce_stream_rejects_bad_arguments() -> None:
 # -- CLI --------------------------------------------------------------------------------------------
 
 
+# What SMALL_ARGS (with --seed 3 --start 2026-03-01) asks of ``primus gen``, as a World's arguments.
+SMALL_WORLD: dict[str, Any] = {
+    "seed": 3,
+    "start": datetime(2026, 3, 1, tzinfo=UTC),
+    "history_days": 2,
+    "stream_days": 1,
+    "rows_per_day": 500,
+    "users": 100,
+    "items": 50,
+}
 SMALL_ARGS = [
     "--history-days",
     "2",
@@ -508,15 +519,7 @@ def test_cli_gen_writes_history_and_spec(tmp_path: Path, capsys: pytest.CaptureF
     assert summary["spec"] == str(out / "primus-data.yaml")
     spec = load_data_spec(out / "primus-data.yaml").spec
     assert spec.source("events").bootstrap_servers == files.DEFAULT_BOOTSTRAP
-    world = World.from_defaults(
-        seed=3,
-        start=datetime(2026, 3, 1, tzinfo=UTC),
-        history_days=2,
-        stream_days=1,
-        rows_per_day=500,
-        users=100,
-        items=50,
-    )
+    world = World.from_defaults(**SMALL_WORLD)
     assert pq.read_table(out / "history/2026-03-02/part-0.parquet").equals(generate_day(world, 1))
 
 
@@ -528,16 +531,7 @@ def test_cli_gen_stationary_items_writes_the_world_without_the_lifecycle(
     assert json.loads(capsys.readouterr().out)["item_lifecycle"] is True
     assert main([*args, "--out", str(tmp_path / "still"), "--stationary-items"]) == 0
     assert json.loads(capsys.readouterr().out)["item_lifecycle"] is False
-    world = World.from_defaults(
-        seed=3,
-        start=datetime(2026, 3, 1, tzinfo=UTC),
-        history_days=2,
-        stream_days=1,
-        rows_per_day=500,
-        users=100,
-        items=50,
-        item_lifecycle=False,
-    )
+    world = World.from_defaults(**SMALL_WORLD, item_lifecycle=False)
     day = "history/2026-03-02/part-0.parquet"
     assert pq.read_table(tmp_path / "still" / day).equals(generate_day(world, 1))
     assert not pq.read_table(tmp_path / "life" / day).equals(generate_day(world, 1))

@@ -165,3 +165,15 @@ def world(tmp_path: Path, kafka_broker: Any, new_topic: Callable[..., str]) -> W
     return World(
         tmp_path, kafka_broker.bootstrap_servers, topic, hours * per_file, hours * per_file, spec_path
     )
+
+
+def rows_by_source(steps: list[dict[str, list[int]]]) -> Callable[[int, list[tuple[str, Any]]], None]:
+    """A trainer's ``trace`` hook appending, per step, the ``row_id``s each source gave it."""
+
+    def trace(_step: int, parts: list[tuple[str, Any]]) -> None:
+        rows: dict[str, list[int]] = {}
+        for source, batch in parts:
+            rows.setdefault(source, []).extend(int(x) for x in batch.extra["row_id"])
+        steps.append(rows)
+
+    return trace

@@ -13,13 +13,12 @@ import pyarrow.parquet as pq
 import yaml
 
 from airflow_provider_primus.data.sources.kafka import produce
-from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.spec import load_data_spec
 from airflow_provider_primus.spec.loader import load_training_spec
 from airflow_provider_primus.training.feed_setup import participants
 from airflow_provider_primus.training.feeds import FileFeed, StreamFeed
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
-from tests.training.conftest import SCHEMA, T0, World, events, history_source, to_json
+from tests.training.conftest import SCHEMA, T0, World, events, history_source, rows_by_source, to_json
 
 WEIGHTS = {"history": 0.4, "recent": 0.3, "views": 0.2, "events": 0.1}
 
@@ -82,13 +81,7 @@ def train(
         )
     )
     steps: list[dict[str, list[int]]] = []
-
-    def trace(_step: int, parts: list[tuple[str, TensorBatch]]) -> None:
-        rows: dict[str, list[int]] = {}
-        for source, batch in parts:
-            rows.setdefault(source, []).extend(int(x) for x in batch.extra["row_id"])
-        steps.append(rows)
-
+    trace = rows_by_source(steps)
     trainer = Trainer(
         data,
         training,

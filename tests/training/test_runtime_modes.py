@@ -17,11 +17,10 @@ from typing import Any
 
 import yaml
 
-from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.spec import load_data_spec
 from airflow_provider_primus.spec.loader import load_training_spec
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
-from tests.training.conftest import T0, World, events
+from tests.training.conftest import T0, World, events, rows_by_source
 
 # The wall clock, so the old test data makes a stream that lags by any measure; the guard acts on
 # 100 unconsumed records.
@@ -36,13 +35,7 @@ def run(
     data = load_data_spec(world.spec_path)
     training = load_training_spec(world.training(tmp_path / f"{name}.yaml", batch_size=256, **QUIET, **spec))
     steps: list[dict[str, list[int]]] = []
-
-    def trace(_step: int, parts: list[tuple[str, TensorBatch]]) -> None:
-        rows: dict[str, list[int]] = {}
-        for source, batch in parts:
-            rows.setdefault(source, []).extend(int(x) for x in batch.extra["row_id"])
-        steps.append(rows)
-
+    trace = rows_by_source(steps)
     trainer = Trainer(
         data, training, TrainOptions(workdir=tmp_path / name, trace=trace, passthrough=("row_id",))
     )

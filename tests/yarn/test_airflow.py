@@ -16,6 +16,7 @@ import pytest
 from airflow_provider_primus.embedded.yarn import MiniYarnCluster
 from airflow_provider_primus.hooks.primus import PrimusHook
 from airflow_provider_primus.master.store import JobRecord
+from airflow_provider_primus.plugins.views import job_page
 from airflow_provider_primus.yarn.application import application_tag
 from airflow_provider_primus.yarn.rest import ResourceManager
 from tests.master.conftest import JobWorld
@@ -59,6 +60,9 @@ def test_hook_reattaches_by_application_tag_and_cancel_kills_the_application(
     assert (stored["yarn"]["queue"], stored["yarn"]["conf_dir"]) == ("default", str(yarn_cluster.conf_dir))
     [app] = rm.apps(tag=application_tag("job"), states=("RUNNING",))
     first = containers(record)
+    # The job page names each executor's YARN container (the plugin renders the stored status).
+    page = job_page(record, [], [], base="/primus", now=time.time())
+    assert all(f">{container}<" in page for container in first.values()), first
 
     # The worker (and the master with it) dies; the retry starts a master that finds the application.
     kill_master(record)

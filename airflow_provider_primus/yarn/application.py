@@ -108,6 +108,12 @@ class YarnSession:
         self._ca = ca
         self.documents = dict(documents)  # absolute path on the master -> text
         self.conf = conf or load_conf(settings.conf_dir)
+        if self.conf.kerberos:  # refused before any request, not a 401 from deep inside the master
+            raise YarnApplicationError(
+                "the cluster's configuration (core-site.xml) sets hadoop.security.authentication="
+                "kerberos: the YARN backend speaks simple authentication only (no SPNEGO, no "
+                "delegation tokens yet; docs/yarn.md#kerberos)"
+            )
         self.user = settings.user or getpass.getuser()
         self.rm = ResourceManager(settings.resource_manager or self.conf.rm_url, self.user)
         self.hdfs = WebHdfs(self.conf.webhdfs_url, self.user)

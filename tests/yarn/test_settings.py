@@ -10,8 +10,15 @@ import pytest
 from airflow_provider_primus.data.hdfs import HdfsError, open_hdfs
 from airflow_provider_primus.resources.backend import Allotment
 from airflow_provider_primus.spec.errors import SpecError
+from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
 from airflow_provider_primus.spec.job import validate_job_spec
-from airflow_provider_primus.yarn.application import document_link, submission_tag, with_yarn_backend
+from airflow_provider_primus.yarn.application import (
+    YarnApplicationError,
+    YarnSession,
+    document_link,
+    submission_tag,
+    with_yarn_backend,
+)
 from airflow_provider_primus.yarn.backend import memory_mb, vcores
 from airflow_provider_primus.yarn.config import HadoopConfError, load_conf
 
@@ -31,6 +38,16 @@ def test_configuration_is_read_and_expanded_as_hadoop_does(tmp_path: Path) -> No
     assert conf.webhdfs_url == "http://127.0.0.1:9870"  # a wildcard bind is reached on loopback
     assert conf.application_classpath[0] == "$HADOOP_CONF_DIR"  # Hadoop's default list
     assert not conf.kerberos
+
+
+def test_a_kerberized_cluster_is_refused_with_what_is_missing(tmp_path: Path) -> None:
+    site(tmp_path / "core-site.xml", **{"hadoop.security.authentication": "kerberos"})
+    site(tmp_path / "yarn-site.xml")
+    site(tmp_path / "hdfs-site.xml")
+    conf = load_conf(tmp_path)
+    assert conf.kerberos
+    with pytest.raises(YarnApplicationError, match=r"authentication=kerberos.*simple authentication only"):
+        YarnSession("job", "token", YarnSettings(), {}, conf=conf)
 
 
 def test_a_missing_or_broken_configuration_names_the_file(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from airflow_provider_primus.master.scaling import Scaling
 from airflow_provider_primus.master.store import JobNotFound, JobStore
 from airflow_provider_primus.master.telemetry import Telemetry
 from airflow_provider_primus.master.trainers import TrainerGroup
-from airflow_provider_primus.resources.backend import Allotment, Backend, Observation
+from airflow_provider_primus.resources.backend import Allotment, Backend, BackendUnusableError, Observation
 from airflow_provider_primus.resources.local import LocalBackend
 from airflow_provider_primus.spec.job import PrimusJob
 from airflow_provider_primus.spec.loader import load_data_spec, load_training_spec
@@ -93,7 +93,13 @@ class Master:
         self.message, self.suspended = "", bool(previous.get("suspended", False))
         self.applied: dict[str, Any] = dict(previous.get("applied") or {})
         if backend is None and backend_factory is not None:
-            backend = backend_factory(self)
+            try:
+                backend = backend_factory(self)
+            except BackendUnusableError as exc:  # nothing will ever run: say so in the status
+                message = f"the {self.job.spec.backend.type} backend cannot run this job: {exc}"
+                StatusPublisher(store, name, on_status).failed(previous, message, {})
+                self.events.emit(EventType.FAILED, message)
+                raise MasterError(message) from exc
         self.backend = backend or LocalBackend(self.paths.executors, on_event=self.backend_event)
         known = previous.get("executors") or {}
         self.executors = Executors(

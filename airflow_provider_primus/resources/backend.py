@@ -12,6 +12,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 
+class BackendUnusableError(RuntimeError):
+    """The backend cannot run this job at all (its cluster's configuration asks for something the
+    backend does not speak): the job fails with the message, where a transient error (a cluster
+    briefly unreachable) would instead leave it to a restarted master."""
+
+
 @dataclass(frozen=True)
 class Allotment:
     """What an executor may use: cores (fractional allowed) and a memory limit in bytes."""

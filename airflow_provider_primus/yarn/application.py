@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.resources.backend import BackendUnusableError
 from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
 from airflow_provider_primus.tls import CA_FILE, CA_KEY_FILE, JobCa
 from airflow_provider_primus.yarn.am import AmClient
@@ -55,6 +56,10 @@ AM_IDLE_TIMEOUT_S = 600  # the AM gives up when no master called it for this lon
 
 class YarnApplicationError(RuntimeError):
     """The application could not be submitted or has ended; the message says which and why."""
+
+
+class YarnUnsupportedError(YarnApplicationError, BackendUnusableError):
+    """The cluster needs what the backend cannot do (Kerberos): no master restart will help."""
 
 
 def application_tag(job: str) -> str:
@@ -109,7 +114,7 @@ class YarnSession:
         self.documents = dict(documents)  # absolute path on the master -> text
         self.conf = conf or load_conf(settings.conf_dir)
         if self.conf.kerberos:  # refused before any request, not a 401 from deep inside the master
-            raise YarnApplicationError(
+            raise YarnUnsupportedError(
                 "the cluster's configuration (core-site.xml) sets hadoop.security.authentication="
                 "kerberos: the YARN backend speaks simple authentication only (no SPNEGO, no "
                 "delegation tokens yet; docs/yarn.md#kerberos)"

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_primus.data.hdfs import HdfsError, open_hdfs
+from airflow_provider_primus.master.jobs import submit
+from airflow_provider_primus.master.master import Master, MasterError
 from airflow_provider_primus.resources.backend import Allotment
 from airflow_provider_primus.spec.errors import SpecError
 from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
@@ -21,6 +23,8 @@ from airflow_provider_primus.yarn.application import (
 )
 from airflow_provider_primus.yarn.backend import memory_mb, vcores
 from airflow_provider_primus.yarn.config import HadoopConfError, load_conf
+from airflow_provider_primus.yarn.submission import backend_factory
+from tests.master.conftest import JobWorld
 
 
 def site(path: Path, **props: str) -> None:
@@ -48,6 +52,26 @@ def test_a_kerberized_cluster_is_refused_with_what_is_missing(tmp_path: Path) ->
     assert conf.kerberos
     with pytest.raises(YarnApplicationError, match=r"authentication=kerberos.*simple authentication only"):
         YarnSession("job", "token", YarnSettings(), {}, conf=conf)
+
+
+def test_a_job_for_a_kerberized_cluster_fails_with_the_reason_in_its_status(
+    job_world: JobWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where users look (``primus status``, the operator), not only in the master's traceback; and
+    nothing is sent to the cluster (its address here is one nothing listens on)."""
+    conf = tmp_path / "hadoop"
+    conf.mkdir()
+    site(conf / "core-site.xml", **{"hadoop.security.authentication": "kerberos"})
+    site(conf / "yarn-site.xml", **{"yarn.resourcemanager.hostname": "127.0.0.1"})
+    site(conf / "hdfs-site.xml")
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(conf))
+    submit(job_world.job(backend={"type": "yarn"}), store=job_world.store)
+    with pytest.raises(MasterError, match="yarn backend cannot run this job"):
+        Master("job", job_world.store, backend_factory=backend_factory())
+    status = job_world.store.get("job").status
+    assert status["phase"] == "Failed"
+    assert "authentication=kerberos" in status["message"], status["message"]
+    assert [e.type for e in job_world.store.events("job")][-1] == "Failed"
 
 
 def test_a_missing_or_broken_configuration_names_the_file(tmp_path: Path) -> None:

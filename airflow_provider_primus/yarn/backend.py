@@ -42,7 +42,7 @@ from airflow_provider_primus.process import EXIT_FILE_ENV
 from airflow_provider_primus.resources.allotment import thread_env
 from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
 from airflow_provider_primus.spec.status import EventType
-from airflow_provider_primus.tls import TLS_DIR_ENV
+from airflow_provider_primus.tls import ADVERTISE_ENV, TLS_DIR_ENV
 from airflow_provider_primus.yarn.am import AmClient, AmError, AmUnreachable
 from airflow_provider_primus.yarn.application import TOKEN_LINK, YarnSession, document_link
 
@@ -155,6 +155,9 @@ class YarnBackend:
         out.update(self.env)
         out.update({k: v for k, v in env.items() if k not in (TOKEN_ENV, EXIT_FILE_ENV)})
         out[TOKEN_FILE_ENV] = "{{PWD}}/" + TOKEN_LINK  # expanded by the NodeManager
+        # The node's address, as a pod's IP is in a pod: a server bound to the loopback default
+        # binds it, one bound to a wildcard advertises it, so peers on other nodes can dial it.
+        out[ADVERTISE_ENV] = "{{NM_HOST}}"
         if TLS_DIR_ENV in env:
             out[TLS_DIR_ENV] = "{{PWD}}"  # ca.crt and ca.key are localized there (application.py)
         return out

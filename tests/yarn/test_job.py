@@ -101,6 +101,10 @@ def test_job_trains_exactly_once_through_a_resize_and_a_killed_container(
             and data["application"] == master.backend.session.app_id
         )
         assert nm_view(before, "data-0")["totalMemoryNeededMB"] == 256
+        # Servers in a container bind and advertise their node's address (NM_HOST, expanded by the
+        # NodeManager: the host the node is known by), as pods do their pod IP.
+        node_host = data["node"].rsplit(":", 1)[0]
+        assert container_process(data["container"]).environ()["PRIMUS_ADVERTISE_HOST"] == node_host
 
         # In place: the NodeManager reports the new size, the container is the same.
         master.request({"resize": {"data-0": {"cpu": 2, "memory": 512 * 2**20}}})

@@ -88,6 +88,43 @@ def nm_view(record: JobRecord, name: str) -> dict[str, Any]:
     return found
 
 
+def _resize_refuse_and_kill(
+    yarn_world: JobWorld, master: Master, before: JobRecord, data: dict[str, Any]
+) -> None:
+    """data-0 resized in place, a resize above the node refused, the AM's API refusing a wrong
+    token, then data-0's container killed and its executor restarted in a new one."""
+    assert nm_view(before, "data-0")["totalMemoryNeededMB"] == 256
+    # Servers in a container bind and advertise their node's address (NM_HOST, expanded by the
+    # NodeManager: the host the node is known by), as pods do their pod IP.
+    node_host = data["node"].rsplit(":", 1)[0]
+    assert container_process(data["container"]).environ()["PRIMUS_ADVERTISE_HOST"] == node_host
+
+    # In place: the NodeManager reports the new size, the container is the same.
+    master.request({"resize": {"data-0": {"cpu": 2, "memory": 512 * 2**20}}})
+    resized = until(yarn_world, lambda r: executor(r, "data-0")["handle"]["allotment"]["cpu"] == 2)
+    view = nm_view(resized, "data-0")
+    assert (view["totalMemoryNeededMB"], view["totalVCoresNeeded"]) == (512, 2)
+    assert executor(resized, "data-0")["handle"]["ref"]["container"] == data["container"]
+    assert executor(resized, "data-0")["incarnation"] == 0
+
+    # Above what a node offers: refused at once, an event says so, the allotment is kept.
+    master.request({"resize": {"data-0": {"memory": 64 * 2**30}}})
+    until(yarn_world, lambda r: "ResizeRefused" in [e.type for e in yarn_world.store.events("job")])
+    assert executor(until(yarn_world, serving), "data-0")["handle"]["allotment"]["memory"] == 512 * 2**20
+
+    # The ApplicationMaster's API answers the job token only.
+    am_url = master.backend.session.rm.app(data["application"])["amRPCAddress"]
+    with pytest.raises(AmError) as refused:
+        AmClient(f"http://{am_url}", "not-the-token").status()
+    assert refused.value.status == 401
+
+    # A container killed mid-pass: the executor is restarted in a new container, its leases
+    # re-dispatched, and no row is lost or trained twice.
+    container_process(data["container"]).send_signal(signal.SIGKILL)
+    after = until(yarn_world, lambda r: executor(r, "data-0")["incarnation"] == 1)
+    assert executor(after, "data-0")["handle"]["ref"]["container"] != data["container"]
+
+
 def test_job_trains_exactly_once_through_a_resize_and_a_killed_container(
     yarn_world: JobWorld, yarn_cluster: MiniYarnCluster
 ) -> None:
@@ -100,36 +137,14 @@ def test_job_trains_exactly_once_through_a_resize_and_a_killed_container(
             data["container"].startswith("container_")
             and data["application"] == master.backend.session.app_id
         )
-        assert nm_view(before, "data-0")["totalMemoryNeededMB"] == 256
-        # Servers in a container bind and advertise their node's address (NM_HOST, expanded by the
-        # NodeManager: the host the node is known by), as pods do their pod IP.
-        node_host = data["node"].rsplit(":", 1)[0]
-        assert container_process(data["container"]).environ()["PRIMUS_ADVERTISE_HOST"] == node_host
-
-        # In place: the NodeManager reports the new size, the container is the same.
-        master.request({"resize": {"data-0": {"cpu": 2, "memory": 512 * 2**20}}})
-        resized = until(yarn_world, lambda r: executor(r, "data-0")["handle"]["allotment"]["cpu"] == 2)
-        view = nm_view(resized, "data-0")
-        assert (view["totalMemoryNeededMB"], view["totalVCoresNeeded"]) == (512, 2)
-        assert executor(resized, "data-0")["handle"]["ref"]["container"] == data["container"]
-        assert executor(resized, "data-0")["incarnation"] == 0
-
-        # Above what a node offers: refused at once, an event says so, the allotment is kept.
-        master.request({"resize": {"data-0": {"memory": 64 * 2**30}}})
-        until(yarn_world, lambda r: "ResizeRefused" in [e.type for e in yarn_world.store.events("job")])
-        assert executor(until(yarn_world, serving), "data-0")["handle"]["allotment"]["memory"] == 512 * 2**20
-
-        # The ApplicationMaster's API answers the job token only.
-        am_url = master.backend.session.rm.app(data["application"])["amRPCAddress"]
-        with pytest.raises(AmError) as refused:
-            AmClient(f"http://{am_url}", "not-the-token").status()
-        assert refused.value.status == 401
-
-        # A container killed mid-pass: the executor is restarted in a new container, its leases
-        # re-dispatched, and no row is lost or trained twice.
-        container_process(data["container"]).send_signal(signal.SIGKILL)
-        after = until(yarn_world, lambda r: executor(r, "data-0")["incarnation"] == 1)
-        assert executor(after, "data-0")["handle"]["ref"]["container"] != data["container"]
+        # The trainer held still (SIGSTOP) until data-0's successor runs: YARN does not throttle a
+        # container's CPU, and on a quiet machine the pass could end before the kill below.
+        trainer = container_process(executor(before, "trainer-0")["handle"]["ref"]["container"])
+        trainer.suspend()
+        try:
+            _resize_refuse_and_kill(yarn_world, master, before, data)
+        finally:
+            trainer.resume()
         record = until(yarn_world, ended)
     assert record.status["phase"] == "Succeeded", record.status["message"]
     assert executor(record, "data-0")["restarts"] == 1

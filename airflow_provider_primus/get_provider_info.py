@@ -131,6 +131,14 @@ def get_provider_info() -> dict[str, Any]:
                         "label": "HADOOP_CONF_DIR on the workers (yarn backend)",
                         "schema": {"type": ["string", "null"]},
                     },
+                    "kerberos_principal": {
+                        "label": "Kerberos principal (Kerberized YARN; default: the ticket cache's)",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "kerberos_keytab": {
+                        "label": "Kerberos keytab path on the workers (with the principal)",
+                        "schema": {"type": ["string", "null"]},
+                    },
                     "namespace": {"label": "Kubernetes namespace", "schema": {"type": ["string", "null"]}},
                     "kubernetes_conn_id": {
                         "label": "Kubernetes connection (cncf-kubernetes) for the kubernetes backend",

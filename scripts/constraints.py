@@ -18,7 +18,7 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 SELF = "airflow-provider-primus"
-RUNTIME_EXTRAS = ("train",)
+RUNTIME_EXTRAS = ("train", "kerberos")
 
 
 def canonical(name: str) -> str:
@@ -60,7 +60,7 @@ def main() -> int:
     run_lines = sorted((p for k, p in pins.items() if k in runtime), key=str.lower)
     dev_lines = sorted((p for k, p in pins.items() if k not in runtime), key=str.lower)
     (ROOT / "constraints.txt").write_text(
-        header.format(what="Runtime pins: the provider, its dependencies and the train extra's")
+        header.format(what="Runtime pins: the provider, its dependencies and the train and kerberos extras'")
         + "\n".join(run_lines)
         + "\n"
     )

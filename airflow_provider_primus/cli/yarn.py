@@ -50,6 +50,12 @@ def register(sub: Any) -> None:
     up.add_argument("--nm-memory-mb", type=int, default=4096, help="memory each NodeManager offers")
     up.add_argument("--nm-vcores", type=int, default=4, help="vcores each NodeManager offers")
     up.add_argument("--no-hdfs", action="store_true", help="YARN only (no NameNode/DataNode)")
+    up.add_argument(
+        "--kerberos",
+        action="store_true",
+        help="a Kerberized cluster with its own KDC (MiniKdc); prints the client's krb5.conf, "
+        "principal and keytab to put in KRB5_CONFIG and backend.yarn.principal/keytab",
+    )
     up.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops the cluster")
     up.set_defaults(handler=run_up)
 
@@ -94,6 +100,7 @@ def run_up(args: argparse.Namespace) -> int:
             nm_memory_mb=args.nm_memory_mb,
             nm_vcores=args.nm_vcores,
             hdfs=not args.no_hdfs,
+            kerberos=args.kerberos,
             detached=not args.foreground,
         )
     except (YarnClusterError, YarnBuildError) as exc:

@@ -3,20 +3,24 @@ a JVM) is present, else WebHDFS through fsspec, which needs neither.
 
 WebHDFS is the NameNode's HTTP port, which the ``hdfs://`` URI does not name: it comes from the
 Hadoop client configuration (``$HADOOP_CONF_DIR``: ``dfs.namenode.http-address`` for the NameNode
-that ``fs.defaultFS`` names). Under simple authentication the user is ``$HADOOP_USER_NAME`` or the
-process's; a Kerberized NameNode needs libhdfs (docs/yarn.md).
+that ``fs.defaultFS`` names). Who the client is: in a YARN container of a Kerberized cluster, the
+application's delegation token (``$PRIMUS_HDFS_TOKEN_FILE``); elsewhere on a Kerberized cluster,
+SPNEGO from this process's Kerberos login (``yarn/kerberos.py``); under simple authentication
+``$HADOOP_USER_NAME`` or the process's user.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
 from airflow_provider_primus.yarn.config import load_conf
+from airflow_provider_primus.yarn.kerberos import HDFS_TOKEN_FILE_ENV, KerberosLogin, RequestsSpnegoAuth
 
 __all__ = ["HdfsError", "open_hdfs"]
 
@@ -27,13 +31,19 @@ class HdfsError(RuntimeError):
     """An ``hdfs://`` URI cannot be opened; the message says which setting is missing."""
 
 
-def _replacing_webhdfs() -> type[Any]:
+def _replacing_webhdfs(auth: Any = None) -> type[Any]:
     """fsspec's WebHDFS whose ``mv`` keeps pyarrow's ``move`` contract (a file at the destination is
     replaced) atomically: HDFS's rename with the OVERWRITE option (``rename2``), where the plain
-    rename fsspec sends answers ``false`` and moves nothing. Checkpoint manifests rely on it."""
+    rename fsspec sends answers ``false`` and moves nothing. Checkpoint manifests rely on it.
+    ``auth``: SPNEGO for its requests session (fsspec's own Kerberos option needs requests-kerberos)."""
     from fsspec.implementations.webhdfs import WebHDFS
 
     class ReplacingWebHDFS(WebHDFS):  # type: ignore[misc]
+        def _connect(self) -> None:
+            super()._connect()
+            if auth is not None:
+                self.session.auth = auth
+
         def mv(self, path1: str, path2: str, **kwargs: Any) -> None:
             destination = self._strip_protocol(path2)
             self._call("RENAME", method="put", path=path1, destination=destination, renameoptions="OVERWRITE")
@@ -63,10 +73,30 @@ def open_hdfs(uri: str, owner: str | None = None) -> tuple[pafs.FileSystem, str]
             f"configures {default.netloc}; point HADOOP_CONF_DIR at that cluster's configuration"
         )
     http = urlparse(conf.webhdfs_url)
-    user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
-    key = (conf.webhdfs_url, user)
+    token_file = os.environ.get(HDFS_TOKEN_FILE_ENV)
+    login = KerberosLogin.from_environment()
+    if conf.kerberos and token_file:
+        who = f"token:{token_file}"
+    elif conf.kerberos:
+        who = f"kerberos:{login.principal or ''}"
+    else:
+        who = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+    key = (conf.webhdfs_url, who)
     fs = _filesystems.get(key)
     if fs is None:
-        webhdfs = _replacing_webhdfs()(http.hostname, port=http.port, user=user)
-        fs = _filesystems[key] = pafs.PyFileSystem(pafs.FSSpecHandler(webhdfs))
+        fs = _filesystems[key] = pafs.PyFileSystem(pafs.FSSpecHandler(_webhdfs(http, who, token_file, login)))
     return fs, parsed.path.rstrip("/") or "/"
+
+
+def _webhdfs(http: Any, who: str, token_file: str | None, login: KerberosLogin) -> Any:
+    if who.startswith("token:") and token_file:
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as exc:
+            raise HdfsError(
+                f"the application's HDFS delegation token {token_file} is unreadable: {exc}"
+            ) from exc
+        return _replacing_webhdfs()(http.hostname, port=http.port, token=token)
+    if who.startswith("kerberos:"):
+        return _replacing_webhdfs(RequestsSpnegoAuth(login))(http.hostname, port=http.port)
+    return _replacing_webhdfs()(http.hostname, port=http.port, user=who)

@@ -5,8 +5,10 @@ Connection type ``primus``:
 * ``extra.home`` — PRIMUS_HOME of the local backend (job store and job files; default: the
   worker's ``$PRIMUS_HOME``); ``extra.backend`` — ``local``, ``kubernetes`` or ``yarn``; for YARN
   (the master runs on the worker beside the local job store and drives the job's YARN application)
-  ``extra.resource_manager`` (``http://host:8088``), ``extra.queue``, ``extra.yarn_user`` and
-  ``extra.hadoop_conf_dir``, which fill a job document's ``backend.yarn`` where it is silent; for Kubernetes
+  ``extra.resource_manager`` (``http://host:8088``), ``extra.queue``, ``extra.yarn_user``,
+  ``extra.hadoop_conf_dir`` and, for a Kerberized cluster, ``extra.kerberos_principal`` and
+  ``extra.kerberos_keytab`` (a path on the worker), which fill a job document's ``backend.yarn``
+  where it is silent; for Kubernetes
   ``extra.namespace`` and ``extra.kubernetes_conn_id`` (a cncf-kubernetes connection: the hook uses
   that provider's ``KubernetesHook`` API client, never a process-global kube config). Operators may
   override the backend, namespace and Kubernetes connection per task;
@@ -68,6 +70,8 @@ YARN_CONNECTION_FIELDS = {
     "queue": "queue",
     "yarn_user": "user",
     "hadoop_conf_dir": "conf_dir",
+    "kerberos_principal": "principal",
+    "kerberos_keytab": "keytab",
 }
 
 

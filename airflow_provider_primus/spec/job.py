@@ -444,7 +444,11 @@ class YarnBackend(StrictModel):
     authentication (default: the master's); ``python`` the interpreter on the NodeManagers (default:
     the master's own, right on a one-machine cluster). ``staging_dir`` is where the application's
     files are staged on the default filesystem (default ``/user/<user>/.primus``).
-    ``on_resize_refused`` as for Kubernetes: ``keep`` the allotment or ``recreate`` the container."""
+    ``on_resize_refused`` as for Kubernetes: ``keep`` the allotment or ``recreate`` the container.
+    On a Kerberized cluster (``hadoop.security.authentication: kerberos`` in the configuration)
+    ``principal`` and ``keytab`` (a path on the master's machine) are the login the master uses and
+    renews itself, as Spark's ``--principal``/``--keytab``; without them it uses the ticket cache
+    (``kinit``) or ``KRB5_CLIENT_KTNAME``. ``user`` is then the principal's short name."""
 
     conf_dir: NonEmptyStr | None = None
     resource_manager: NonEmptyStr | None = None
@@ -455,6 +459,14 @@ class YarnBackend(StrictModel):
     am_memory: Memory = 512 * 2**20
     max_attempts: Annotated[int, Strict(), Field(ge=1, le=100)] = 4
     on_resize_refused: Literal["keep", "recreate"] = "keep"
+    principal: NonEmptyStr | None = None
+    keytab: NonEmptyStr | None = None
+
+    @model_validator(mode="after")
+    def _keytab_needs_principal(self) -> YarnBackend:
+        if self.keytab and not self.principal:
+            raise ValueError("keytab needs principal: the Kerberos principal whose keys the keytab holds")
+        return self
 
 
 class Backend(StrictModel):

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from airflow_provider_primus.resources.backend import BackendUnusableError
 from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
 from airflow_provider_primus.tls import CA_FILE, CA_KEY_FILE, JobCa
@@ -31,17 +33,20 @@ from airflow_provider_primus.yarn.am import AmClient
 from airflow_provider_primus.yarn.build import AM_CLASS, YarnBuild, ensure_build
 from airflow_provider_primus.yarn.config import HadoopConf, load_conf
 from airflow_provider_primus.yarn.hdfs import WebHdfs, WebHdfsError
+from airflow_provider_primus.yarn.kerberos import KerberosError, KerberosLogin, SpnegoAuth, short_name
 from airflow_provider_primus.yarn.rest import UNFINISHED, ResourceManager
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "APPLICATION_TYPE",
+    "HDFS_TOKEN_LINK",
     "TOKEN_LINK",
     "StagedFile",
     "YarnApplicationError",
     "YarnSession",
     "application_tag",
+    "client_identity",
     "document_link",
     "kill_job_applications",
     "with_yarn_backend",
@@ -50,6 +55,7 @@ __all__ = [
 APPLICATION_TYPE = "PRIMUS"
 TAG_PREFIX = "primus-job-"
 TOKEN_LINK = "primus-token"
+HDFS_TOKEN_LINK = "primus-hdfs-token"  # the HDFS delegation token, URL-safe encoded (Kerberos)
 JAR_LINK = "primus-yarn.jar"
 AM_IDLE_TIMEOUT_S = 600  # the AM gives up when no master called it for this long
 
@@ -59,7 +65,28 @@ class YarnApplicationError(RuntimeError):
 
 
 class YarnUnsupportedError(YarnApplicationError, BackendUnusableError):
-    """The cluster needs what the backend cannot do (Kerberos): no master restart will help."""
+    """The cluster cannot be spoken to as configured (Kerberos without credentials or without the
+    gssapi package, a user that is not the principal's): no master restart will help."""
+
+
+def client_identity(conf: HadoopConf, settings: YarnSettings) -> tuple[str, httpx.Auth | None]:
+    """Who the REST and WebHDFS clients are: ``user.name`` under simple authentication; on a
+    Kerberized cluster the principal (SPNEGO), its login exported for this process's ``hdfs://``
+    access (the planner). Raises :class:`YarnUnsupportedError` when no credentials are usable."""
+    if not conf.kerberos:
+        return settings.user or getpass.getuser(), None
+    login = KerberosLogin(settings.principal, settings.keytab)
+    try:
+        user = short_name(login.principal_name())
+    except KerberosError as exc:
+        raise YarnUnsupportedError(f"the cluster is Kerberized and {exc}") from exc
+    if settings.user and settings.user != user:
+        raise YarnUnsupportedError(
+            f"backend.yarn.user {settings.user!r} is not the Kerberos principal's user {user!r}: on a "
+            "Kerberized cluster the application runs as the principal (impersonation is not supported)"
+        )
+    login.export()
+    return user, SpnegoAuth(login)
 
 
 def application_tag(job: str) -> str:
@@ -113,15 +140,10 @@ class YarnSession:
         self._ca = ca
         self.documents = dict(documents)  # absolute path on the master -> text
         self.conf = conf or load_conf(settings.conf_dir)
-        if self.conf.kerberos:  # refused before any request, not a 401 from deep inside the master
-            raise YarnUnsupportedError(
-                "the cluster's configuration (core-site.xml) sets hadoop.security.authentication="
-                "kerberos: the YARN backend speaks simple authentication only (no SPNEGO, no "
-                "delegation tokens yet; docs/yarn.md#kerberos)"
-            )
-        self.user = settings.user or getpass.getuser()
-        self.rm = ResourceManager(settings.resource_manager or self.conf.rm_url, self.user)
-        self.hdfs = WebHdfs(self.conf.webhdfs_url, self.user)
+        self.user, self.auth = client_identity(self.conf, settings)
+        self.rm = ResourceManager(settings.resource_manager or self.conf.rm_url, self.user, auth=self.auth)
+        self.hdfs = WebHdfs(self.conf.webhdfs_url, self.user, auth=self.auth)
+        self._hdfs_token: str | None = None  # obtained at submission (Kerberos)
         self.build = build
         self.app_id: str | None = None
         self.files: list[StagedFile] = []  # what every executor container localizes
@@ -142,6 +164,8 @@ class YarnSession:
 
     def _executor_files(self, directory: str) -> list[tuple[str, bytes, str]]:
         files = [(TOKEN_LINK, self._token.encode(), "600")]
+        if self.conf.kerberos:  # executors read hdfs:// with the application's delegation token
+            files.append((HDFS_TOKEN_LINK, (self._hdfs_token or "").encode(), "600"))
         for i, (path, text) in enumerate(self.documents.items()):
             files.append((document_link(i, path), text.encode(), "600"))
         if self._ca is not None:  # a TLS job: $PRIMUS_TLS_DIR is the container's directory
@@ -191,6 +215,7 @@ class YarnSession:
         new = self.rm.new_application()
         app_id = str(new["application-id"])
         directory = self.staging_dir(app_id)
+        credentials = self._delegation_tokens()
         self.hdfs.mkdirs(directory, permission="700")
         jar = self._stage(directory, JAR_LINK, build.jar.read_bytes(), "644")
         self.files = [
@@ -214,6 +239,7 @@ class YarnSession:
                 "local-resources": {"entry": [jar.rest_entry(), token.rest_entry()]},
                 "environment": {"entry": [{"key": "CLASSPATH", "value": classpath}]},
                 "commands": {"command": command},
+                **credentials,
             },
             "resource": {"memory": am_mb, "vCores": 1},
             "max-app-attempts": self.settings.max_attempts,
@@ -224,6 +250,23 @@ class YarnSession:
         self.rm.submit(body)
         self.app_id = app_id
         return app_id
+
+    def _delegation_tokens(self) -> dict[str, Any]:
+        """On a Kerberized cluster, the application's credentials: an HDFS delegation token the
+        ResourceManager renews while the application runs (and cancels after). The NodeManagers
+        localize the staged files with it, the ApplicationMaster hands it to every container, and
+        the executors read ``hdfs://`` with it: nothing in the cluster needs the user's keytab."""
+        if not self.conf.kerberos:
+            return {}
+        renewer = self.conf.rm_principal
+        if not renewer:
+            raise YarnUnsupportedError(
+                "the cluster is Kerberized but its yarn-site.xml does not name "
+                "yarn.resourcemanager.principal (the renewer of the application's HDFS token)"
+            )
+        service = self.conf.token_service()
+        self._hdfs_token = self.hdfs.delegation_token(renewer, service)
+        return {"credentials": {"tokens": {"entry": [{"key": service, "value": self._hdfs_token}]}}}
 
     def wait_am(self, timeout_s: float = 180.0) -> tuple[AmClient, str]:
         """The newest attempt's ApplicationMaster once it registered and answers; raises when the
@@ -294,7 +337,8 @@ def kill_job_applications(job: str, settings: Mapping[str, Any]) -> list[str]:
     """Kill every unfinished application of ``job`` (by its tag); returns their ids."""
     yarn = YarnSettings.model_validate(dict(settings))
     conf = load_conf(yarn.conf_dir)
-    rm = ResourceManager(yarn.resource_manager or conf.rm_url, yarn.user or getpass.getuser())
+    user, auth = client_identity(conf, yarn)
+    rm = ResourceManager(yarn.resource_manager or conf.rm_url, user, auth=auth)
     try:
         killed = []
         for app in rm.apps(tag=application_tag(job), states=UNFINISHED):

@@ -44,7 +44,8 @@ from airflow_provider_primus.resources.backend import Allotment, Handle, Observa
 from airflow_provider_primus.spec.status import EventType
 from airflow_provider_primus.tls import ADVERTISE_ENV, TLS_DIR_ENV
 from airflow_provider_primus.yarn.am import AmClient, AmError, AmUnreachable
-from airflow_provider_primus.yarn.application import TOKEN_LINK, YarnSession, document_link
+from airflow_provider_primus.yarn.application import HDFS_TOKEN_LINK, TOKEN_LINK, YarnSession, document_link
+from airflow_provider_primus.yarn.kerberos import HDFS_TOKEN_FILE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,8 @@ class YarnBackend:
         out[ADVERTISE_ENV] = "{{NM_HOST}}"
         if TLS_DIR_ENV in env:
             out[TLS_DIR_ENV] = "{{PWD}}"  # ca.crt and ca.key are localized there (application.py)
+        if self.session.conf.kerberos:  # hdfs:// with the application's token, not a keytab
+            out[HDFS_TOKEN_FILE_ENV] = "{{PWD}}/" + HDFS_TOKEN_LINK
         return out
 
     def launch(  # noqa: PLR0917 - the Backend protocol

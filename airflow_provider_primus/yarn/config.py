@@ -9,11 +9,14 @@ ${yarn.resourcemanager.hostname}:8088``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import socket
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
 __all__ = ["HadoopConf", "HadoopConfError", "load_conf"]
 
@@ -79,6 +82,28 @@ class HadoopConf:
     @property
     def kerberos(self) -> bool:
         return self.get("hadoop.security.authentication") == "kerberos"
+
+    @property
+    def rm_principal(self) -> str | None:
+        """The ResourceManager's Kerberos principal, ``_HOST`` replaced as Hadoop does: the renewer
+        of the delegation tokens an application is submitted with."""
+        principal = self.get("yarn.resourcemanager.principal")
+        if not principal:
+            return None
+        address = self.get("yarn.resourcemanager.address") or self.get("yarn.resourcemanager.hostname") or ""
+        host = address.rpartition(":")[0] if ":" in address else address
+        return principal.replace("_HOST", (host or "0.0.0.0").lower())
+
+    def token_service(self) -> str:
+        """The service an HDFS delegation token names, as Hadoop's clients select it: the NameNode's
+        RPC ``ip:port`` (``hadoop.security.token.service.use_ip``), or ``ha-hdfs:<nameservice>``."""
+        netloc = urlparse(self.fs_default).netloc
+        host, _, port = netloc.rpartition(":")
+        if not port.isdigit():  # hdfs://nameservice: an HA pair
+            return f"ha-hdfs:{netloc}"
+        with contextlib.suppress(OSError):  # unresolvable here: the name as written
+            host = socket.gethostbyname(host)
+        return f"{host}:{port}"
 
 
 def _loopback_if_wildcard(address: str) -> str:

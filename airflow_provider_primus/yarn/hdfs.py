@@ -3,8 +3,9 @@ a file (the two-step create: the NameNode redirects to a DataNode), read its sta
 
 Staging is a handful of small files per submission (the ApplicationMaster jar, the job's documents
 and token), so a plain HTTP client is enough; reading data on ``hdfs://`` goes through fsspec's
-WebHDFS filesystem instead (``data/`` sources). Simple authentication (``user.name``) only; a
-Kerberized cluster needs SPNEGO, see docs/yarn.md.
+WebHDFS filesystem instead (``data/`` sources). Simple authentication sends ``user.name``; on a
+Kerberized cluster ``auth`` is SPNEGO, and :meth:`WebHdfs.delegation_token` gets the token the
+application's containers use instead of Kerberos.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ class FileStatus:
 
 
 class WebHdfs:
-    def __init__(self, url: str, user: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, user: str, timeout_s: float = 30.0, auth: httpx.Auth | None = None) -> None:
         self.url = url.rstrip("/")
         self.user = user
-        self.http = httpx.Client(timeout=timeout_s)
+        self.http = httpx.Client(timeout=timeout_s, auth=auth)
+        self._who = {} if auth is not None else {"user.name": user}
 
     def _call(self, method: str, path: str, op: str, **params: Any) -> httpx.Response:
-        query = {"op": op, "user.name": self.user, **{k: str(v) for k, v in params.items()}}
+        query = {"op": op, **self._who, **{k: str(v) for k, v in params.items()}}
         try:
             response = self.http.request(method, f"{self.url}/webhdfs/v1{path}", params=query)
         except httpx.HTTPError as exc:
@@ -88,6 +90,19 @@ class WebHdfs:
     def delete(self, path: str, recursive: bool = True) -> bool:
         response = self._call("DELETE", path, "DELETE", recursive=str(recursive).lower())
         return bool(self._check(response, "DELETE", path).json().get("boolean"))
+
+    def delegation_token(self, renewer: str, service: str) -> str:
+        """A new HDFS delegation token (URL-safe encoded, as Hadoop's ``Token.encodeToUrlString``)
+        that ``renewer`` (the ResourceManager) may renew: the kind and service Hadoop's own RPC
+        clients select, so the NodeManagers' localizers use it as well as WebHDFS does."""
+        response = self._call(
+            "GET", "/", "GETDELEGATIONTOKEN", renewer=renewer, kind="HDFS_DELEGATION_TOKEN", service=service
+        )
+        body = self._check(response, "GETDELEGATIONTOKEN", "/").json()
+        try:
+            return str(body["Token"]["urlString"])
+        except (KeyError, TypeError) as exc:
+            raise WebHdfsError(f"WebHDFS GETDELEGATIONTOKEN: no token in the answer {body!r:.200}") from exc
 
     def close(self) -> None:
         self.http.close()

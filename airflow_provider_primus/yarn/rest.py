@@ -3,7 +3,8 @@ NodeManager's view of its containers (``/ws/v1/node/containers``).
 
 Submission goes through REST rather than Hadoop's Java client so the Python side needs no JVM: only
 the ApplicationMaster speaks Hadoop RPC (through Hadoop's own library). Simple authentication sends
-``user.name``; a Kerberized ResourceManager needs SPNEGO (docs/yarn.md).
+``user.name``; on a Kerberized cluster ``auth`` is SPNEGO (``yarn/kerberos.py``) and the user is
+the principal's.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ def _json(response: httpx.Response, what: str) -> Any:
 
 
 class ResourceManager:
-    def __init__(self, url: str, user: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, user: str, timeout_s: float = 30.0, auth: httpx.Auth | None = None) -> None:
         self.url = url.rstrip("/")
         self.user = user
-        self.http = httpx.Client(timeout=timeout_s, params={"user.name": user})
+        params = {} if auth is not None else {"user.name": user}
+        self.http = httpx.Client(timeout=timeout_s, params=params, auth=auth)
 
     def _call(self, method: str, path: str, what: str, **kwargs: Any) -> Any:
         try:
@@ -84,9 +86,12 @@ class ResourceManager:
         self.http.close()
 
 
-def node_containers(node_http: str, user: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+def node_containers(
+    node_http: str, user: str, timeout_s: float = 10.0, auth: httpx.Auth | None = None
+) -> list[dict[str, Any]]:
     """The containers a NodeManager runs, as it reports them (its own resources view)."""
     url = node_http if node_http.startswith("http") else f"http://{node_http}"
-    response = httpx.get(f"{url}/ws/v1/node/containers", params={"user.name": user}, timeout=timeout_s)
+    params = {} if auth is not None else {"user.name": user}
+    response = httpx.get(f"{url}/ws/v1/node/containers", params=params, timeout=timeout_s, auth=auth)
     body = _json(response, f"containers of node {node_http}")
     return list((body.get("containers") or {}).get("container") or [])

@@ -23,6 +23,7 @@ from airflow_provider_primus.yarn.application import (
 )
 from airflow_provider_primus.yarn.backend import memory_mb, vcores
 from airflow_provider_primus.yarn.config import HadoopConfError, load_conf
+from airflow_provider_primus.yarn.kerberos import short_name
 from airflow_provider_primus.yarn.submission import backend_factory
 from tests.master.conftest import JobWorld
 
@@ -44,14 +45,26 @@ def test_configuration_is_read_and_expanded_as_hadoop_does(tmp_path: Path) -> No
     assert not conf.kerberos
 
 
-def test_a_kerberized_cluster_is_refused_with_what_is_missing(tmp_path: Path) -> None:
+def no_kerberos_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path / 'no-cache'}")
+    monkeypatch.delenv("KRB5_CLIENT_KTNAME", raising=False)
+    monkeypatch.delenv("PRIMUS_KERBEROS_PRINCIPAL", raising=False)
+    monkeypatch.delenv("PRIMUS_KERBEROS_KEYTAB", raising=False)
+
+
+def test_a_kerberized_cluster_without_credentials_is_refused_with_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    no_kerberos_credentials(monkeypatch, tmp_path)
     site(tmp_path / "core-site.xml", **{"hadoop.security.authentication": "kerberos"})
     site(tmp_path / "yarn-site.xml")
     site(tmp_path / "hdfs-site.xml")
     conf = load_conf(tmp_path)
     assert conf.kerberos
-    with pytest.raises(YarnApplicationError, match=r"authentication=kerberos.*simple authentication only"):
+    with pytest.raises(YarnApplicationError, match=r"Kerberized and (no Kerberos credentials|the gssapi)"):
         YarnSession("job", "token", YarnSettings(), {}, conf=conf)
+    with pytest.raises(ValueError, match=r"keytab needs principal"):
+        YarnSettings(keytab="/etc/krb5.keytab")
 
 
 def test_a_job_for_a_kerberized_cluster_fails_with_the_reason_in_its_status(
@@ -59,6 +72,7 @@ def test_a_job_for_a_kerberized_cluster_fails_with_the_reason_in_its_status(
 ) -> None:
     """Where users look (``primus status``, the operator), not only in the master's traceback; and
     nothing is sent to the cluster (its address here is one nothing listens on)."""
+    no_kerberos_credentials(monkeypatch, tmp_path)
     conf = tmp_path / "hadoop"
     conf.mkdir()
     site(conf / "core-site.xml", **{"hadoop.security.authentication": "kerberos"})
@@ -70,7 +84,7 @@ def test_a_job_for_a_kerberized_cluster_fails_with_the_reason_in_its_status(
         Master("job", job_world.store, backend_factory=backend_factory())
     status = job_world.store.get("job").status
     assert status["phase"] == "Failed"
-    assert "authentication=kerberos" in status["message"], status["message"]
+    assert "no Kerberos credentials" in status["message"] or "gssapi" in status["message"], status["message"]
     assert [e.type for e in job_world.store.events("job")][-1] == "Failed"
 
 
@@ -143,3 +157,22 @@ def test_tls_defaults_as_on_the_other_backends(
     doc = {"apiVersion": "primus.dev/v1alpha1", "kind": "PrimusJob", "metadata": {"name": "j"}}
     spec = {"data": "d", "backend": settings, "control": {"host": host}}
     assert validate_job_spec({**doc, "spec": spec}).spec.tls is expected
+
+
+def test_kerberos_names_come_from_the_configuration_as_hadoop_expands_them(tmp_path: Path) -> None:
+    site(tmp_path / "core-site.xml", **{"fs.defaultFS": "hdfs://127.0.0.1:8020"})
+    site(
+        tmp_path / "yarn-site.xml",
+        **{
+            "yarn.resourcemanager.address": "RM.example:8032",
+            "yarn.resourcemanager.principal": "rm/_HOST@EX.COM",
+        },
+    )
+    conf = load_conf(tmp_path)
+    assert conf.rm_principal == "rm/rm.example@EX.COM"  # _HOST: the ResourceManager's host, lower-cased
+    assert conf.token_service() == "127.0.0.1:8020"  # the NameNode's RPC ip:port
+    site(tmp_path / "core-site.xml", **{"fs.defaultFS": "hdfs://nameservice1"})
+    assert load_conf(tmp_path).token_service() == "ha-hdfs:nameservice1"
+    site(tmp_path / "yarn-site.xml")
+    assert load_conf(tmp_path).rm_principal is None
+    assert short_name("etl/host.example@EX.COM") == "etl" and short_name("alice@EX.COM") == "alice"

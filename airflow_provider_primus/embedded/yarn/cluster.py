@@ -75,6 +75,12 @@ class MiniYarnCluster:
         return str(self.facts["fs_default"])
 
     @property
+    def kerberos(self) -> dict[str, str] | None:
+        """A Kerberized cluster's realm, KDC, client ``krb5.conf``, client principal and keytab."""
+        found = self.facts.get("kerberos")
+        return dict(found) if found else None
+
+    @property
     def node_managers(self) -> list[dict[str, str]]:
         return list(self.facts.get("node_managers") or [])
 
@@ -87,6 +93,7 @@ class MiniYarnCluster:
             "webhdfs": self.webhdfs_url,
             "node_managers": self.node_managers,
             "workdir": str(self.workdir),
+            **({"kerberos": self.kerberos} if self.kerberos else {}),
         }
 
     def stop(self, grace_s: float = 30.0) -> None:
@@ -133,12 +140,16 @@ def start(
     nm_memory_mb: int = 4096,
     nm_vcores: int = 4,
     hdfs: bool = True,
+    kerberos: bool = False,
+    kerberos_user: str | None = None,
     detached: bool = False,
     timeout_s: float = 300.0,
     build: YarnBuild | None = None,
 ) -> MiniYarnCluster:
     """Start a mini cluster whose state lives in ``workdir`` (wiped first: a mini cluster's HDFS and
-    logs are scratch). Returns once the NodeManagers registered and HDFS is up."""
+    logs are scratch). Returns once the NodeManagers registered and HDFS is up. ``kerberos``: a
+    Kerberized cluster (its own KDC; SPNEGO on every web endpoint; the client's principal and keytab
+    in :attr:`MiniYarnCluster.kerberos`; ``kerberos_user`` its short name, default the OS user's)."""
     build = build or ensure_build()
     java, env = _java()
     workdir = workdir.resolve()
@@ -162,6 +173,8 @@ def start(
         "--nm-memory-mb", str(nm_memory_mb),
         "--nm-vcores", str(nm_vcores),
         "--hdfs", str(hdfs).lower(),
+        "--kerberos", str(kerberos).lower(),
+        *(["--kerberos-user", kerberos_user] if kerberos_user else []),
         "--watch-stdin", str(not detached).lower(),
         # What an application's containers get on their classpath besides their own jars.
         "--application-classpath", os.pathsep.join([str(build.libs / "*")]),

@@ -11,6 +11,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
@@ -23,7 +25,9 @@ import org.apache.hadoop.yarn.server.MiniYARNCluster;
  * (core-site.xml, hdfs-site.xml, yarn-site.xml: the addresses the cluster chose, which are random
  * ports) and then {@code cluster.json} (the same facts for Python), renamed into place last so a
  * reader that sees it sees a started cluster. It runs until SIGTERM or, attached
- * ({@code --watch-stdin true}), until its stdin closes (its owner died). A failed start exits the JVM: the mini cluster leaves non-daemon threads behind.
+ * ({@code --watch-stdin true}), until its stdin closes (its owner died). With {@code --kerberos true}
+ * the cluster is Kerberized ({@link Kerberos}: its KDC, keytabs and client krb5.conf in the state
+ * directory, named in cluster.json). A failed start exits the JVM: the mini cluster leaves non-daemon threads behind.
  */
 public final class MiniCluster {
   private MiniCluster() {}
@@ -47,6 +51,8 @@ public final class MiniCluster {
     boolean hdfs = Boolean.parseBoolean(a.get("--hdfs", "true"));
     String classpath = a.get("--application-classpath", System.getProperty("java.class.path"));
     boolean watchStdin = Boolean.parseBoolean(a.get("--watch-stdin", "true"));
+    boolean kerberos = Boolean.parseBoolean(a.get("--kerberos", "false"));
+    String clientUser = a.get("--kerberos-user", System.getProperty("user.name"));
     Files.createDirectories(confDir.toPath());
 
     Configuration conf = new YarnConfiguration();
@@ -76,6 +82,11 @@ public final class MiniCluster {
     conf.set(
         YarnConfiguration.YARN_APPLICATION_CLASSPATH, confDir.getPath() + "," + classpath.replace(File.pathSeparatorChar, ','));
 
+    Kerberos krb = kerberos ? Kerberos.start(state, clientUser) : null;
+    if (krb != null) {
+      krb.secure(conf);
+    }
+
     MiniDFSCluster dfs = null;
     if (hdfs) {
       conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, new File(state, "dfs").getPath());
@@ -90,6 +101,12 @@ public final class MiniCluster {
       dfs.waitActive();
       conf.set("fs.defaultFS", dfs.getURI().toString());
       conf.set("dfs.namenode.http-address", "127.0.0.1:" + dfs.getNameNode().getHttpAddress().getPort());
+      if (krb != null) { // the client's home, as a cluster's admins create it (the superuser: us)
+        FileSystem fs = dfs.getFileSystem();
+        Path home = new Path("/user/" + clientUser);
+        fs.mkdirs(home);
+        fs.setOwner(home, clientUser, null);
+      }
     }
 
     MiniYARNCluster yarn = new MiniYARNCluster("primus", nodeManagers, 1, 1);
@@ -110,6 +127,13 @@ public final class MiniCluster {
                   } catch (Throwable ignored) {
                     // stopping anyway
                   }
+                  if (krb != null) {
+                    try {
+                      krb.stop();
+                    } catch (Throwable ignored) {
+                      // stopping anyway
+                    }
+                  }
                   if (dfsCluster != null) {
                     try {
                       dfsCluster.shutdown();
@@ -123,12 +147,16 @@ public final class MiniCluster {
     writeXml(live, new File(confDir, "yarn-site.xml"));
     Configuration core = new Configuration(false);
     core.set("fs.defaultFS", live.get("fs.defaultFS", "file:///"));
-    core.set("hadoop.security.authentication", "simple");
+    core.set("hadoop.security.authentication", krb != null ? "kerberos" : "simple");
     writeXml(core, new File(confDir, "core-site.xml"));
     Configuration hdfsSite = new Configuration(false);
     if (dfs != null) {
       hdfsSite.set("dfs.namenode.http-address", conf.get("dfs.namenode.http-address"));
       hdfsSite.set("dfs.replication", "1");
+      if (krb != null) {
+        hdfsSite.set("dfs.namenode.kerberos.principal", krb.service);
+        hdfsSite.set("dfs.web.authentication.kerberos.principal", "*");
+      }
     }
     writeXml(hdfsSite, new File(confDir, "hdfs-site.xml"));
 
@@ -151,7 +179,8 @@ public final class MiniCluster {
             "fs_default", live.get("fs.defaultFS"),
             "webhdfs", dfs == null ? null : conf.get("dfs.namenode.http-address"),
             "nm_memory_mb", nmMemory,
-            "nm_vcores", nmVcores);
+            "nm_vcores", nmVcores,
+            "kerberos", krb == null ? null : krb.facts());
     File out = new File(state, "cluster.json");
     File tmp = new File(state, "cluster.json.tmp");
     Files.write(tmp.toPath(), Json.write(facts).getBytes(StandardCharsets.UTF_8));

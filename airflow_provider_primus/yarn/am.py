@@ -1,10 +1,12 @@
 """The client of our ApplicationMaster's API (``java/.../ApplicationMaster.java``): HTTP/JSON on the
-AM's host, every call carrying the job token. The AM does what the Python master decides: ask for a
-container per executor incarnation, launch, release, resize in place, adopt after a restart.
+AM's host (HTTPS with the job's CA on a TLS job), every call carrying the job token. The AM does
+what the Python master decides: ask for a container per executor incarnation, launch, release,
+resize in place, adopt after a restart.
 """
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 from urllib.parse import quote
 
@@ -26,10 +28,15 @@ class AmUnreachable(RuntimeError):
 
 
 class AmClient:
-    def __init__(self, url: str, token: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, url: str, token: str, timeout_s: float = 30.0, verify: ssl.SSLContext | bool = True
+    ) -> None:
+        """``verify``: the job CA's context for an ``https://`` AM (a TLS job)."""
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self.http = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {token}"})
+        self.http = httpx.Client(
+            timeout=timeout_s, headers={"Authorization": f"Bearer {token}"}, verify=verify
+        )
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None, wait_s: float = 0) -> Any:
         try:

@@ -18,6 +18,8 @@ import getpass
 import hashlib
 import logging
 import math
+import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,8 +30,9 @@ import httpx
 
 from airflow_provider_primus.resources.backend import BackendUnusableError
 from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
-from airflow_provider_primus.tls import CA_FILE, CA_KEY_FILE, JobCa
+from airflow_provider_primus.tls import CA_FILE, CA_KEY_FILE, JobCa, verify_context
 from airflow_provider_primus.yarn.am import AmClient
+from airflow_provider_primus.yarn.am_cert import AM_CERT, AM_KEY
 from airflow_provider_primus.yarn.build import AM_CLASS, YarnBuild, ensure_build
 from airflow_provider_primus.yarn.config import HadoopConf, load_conf
 from airflow_provider_primus.yarn.hdfs import WebHdfs, WebHdfsError
@@ -57,6 +60,8 @@ TAG_PREFIX = "primus-job-"
 TOKEN_LINK = "primus-token"
 HDFS_TOKEN_LINK = "primus-hdfs-token"  # the HDFS delegation token, URL-safe encoded (Kerberos)
 JAR_LINK = "primus-yarn.jar"
+# What every container of the application gets from the master's environment (where the provider is).
+FORWARDED_ENV = ("PYTHONPATH", "PRIMUS_HOME", "PRIMUS_CACHE_DIR")
 AM_IDLE_TIMEOUT_S = 600  # the AM gives up when no master called it for this long
 
 
@@ -221,23 +226,33 @@ class YarnSession:
         self.files = [
             self._stage(directory, link, data, perm) for link, data, perm in self._executor_files(directory)
         ]
-        token = next(f for f in self.files if f.link == TOKEN_LINK)
+        am_files = [jar] + [f for f in self.files if f.link in (TOKEN_LINK, CA_FILE, CA_KEY_FILE)]
         am_mb = math.ceil(self.settings.am_memory / 2**20)
         heap = max(64, int(am_mb * 0.7))
         classpath = "<CPS>".join(["{{PWD}}/" + JAR_LINK, *self.conf.application_classpath])
-        command = (
+        java = (
             f"{{{{JAVA_HOME}}}}/bin/java -Xmx{heap}m -XX:+UseSerialGC {AM_CLASS} "
-            f"--token-file {TOKEN_LINK} --idle-timeout-s {AM_IDLE_TIMEOUT_S} "
-            "1><LOG_DIR>/am.stdout 2><LOG_DIR>/am.stderr"
+            f"--token-file {TOKEN_LINK} --idle-timeout-s {AM_IDLE_TIMEOUT_S}"
         )
+        if self._ca is not None:  # its API over TLS: a certificate for its host, from the job's CA
+            python = self.settings.python or sys.executable
+            java = (
+                f"{python} -m airflow_provider_primus.yarn.am_cert "
+                "1><LOG_DIR>/am-cert.stdout 2><LOG_DIR>/am-cert.stderr && "
+                f"{java} --tls-cert {AM_CERT} --tls-key {AM_KEY}"
+            )
+        command = f"{java} 1><LOG_DIR>/am.stdout 2><LOG_DIR>/am.stderr"
+        environment = [{"key": "CLASSPATH", "value": classpath}] + [
+            {"key": k, "value": os.environ[k]} for k in FORWARDED_ENV if k in os.environ
+        ]
         body = {
             "application-id": app_id,
             "application-name": f"primus {self.job}",
             "application-type": APPLICATION_TYPE,
             "queue": self.settings.queue,
             "am-container-spec": {
-                "local-resources": {"entry": [jar.rest_entry(), token.rest_entry()]},
-                "environment": {"entry": [{"key": "CLASSPATH", "value": classpath}]},
+                "local-resources": {"entry": [f.rest_entry() for f in am_files]},
+                "environment": {"entry": environment},
                 "commands": {"command": command},
                 **credentials,
             },
@@ -284,7 +299,7 @@ class YarnSession:
             address = last.get("amRPCAddress")
             attempt = self._current_attempt()
             if last.get("state") == "RUNNING" and address and attempt:
-                client = AmClient(f"http://{address}", self._token)
+                client = self.am_client(address)
                 try:
                     if client.status().get("attempt") == attempt:
                         return client, attempt
@@ -296,6 +311,13 @@ class YarnSession:
             f"the ApplicationMaster of {self.app_id} did not register in {timeout_s:g}s "
             f"(state {last.get('state')}, {last.get('diagnostics') or 'no diagnostics'})"
         )
+
+    def am_client(self, address: str) -> AmClient:
+        """A client of the ApplicationMaster at ``host:port``: HTTPS verified against the job's CA
+        on a TLS job (the AM serves the certificate it issued itself for its host)."""
+        if self._ca is None:
+            return AmClient(f"http://{address}", self._token)
+        return AmClient(f"https://{address}", self._token, verify=verify_context(self._ca.cert_pem))
 
     def _current_attempt(self) -> str | None:
         assert self.app_id is not None

@@ -44,7 +44,13 @@ from airflow_provider_primus.resources.backend import Allotment, Handle, Observa
 from airflow_provider_primus.spec.status import EventType
 from airflow_provider_primus.tls import ADVERTISE_ENV, TLS_DIR_ENV
 from airflow_provider_primus.yarn.am import AmClient, AmError, AmUnreachable
-from airflow_provider_primus.yarn.application import HDFS_TOKEN_LINK, TOKEN_LINK, YarnSession, document_link
+from airflow_provider_primus.yarn.application import (
+    FORWARDED_ENV,
+    HDFS_TOKEN_LINK,
+    TOKEN_LINK,
+    YarnSession,
+    document_link,
+)
 from airflow_provider_primus.yarn.kerberos import HDFS_TOKEN_FILE_ENV
 
 log = logging.getLogger(__name__)
@@ -56,7 +62,6 @@ AM_RESTARTED = "ApplicationMasterRestarted"  # a backend's own event type, recor
 LIVE = ("requested", "allocated", "running", "releasing")
 # The master's environment that an executor container inherits (the rest of a NodeManager's
 # environment is the cluster's): where the package and the job's files are.
-FORWARDED_ENV = ("PYTHONPATH", "PRIMUS_HOME", "PRIMUS_CACHE_DIR")
 # YARN's own exit statuses (ContainerExitStatus): negative, not a process's code.
 EXIT_STATUS = {
     -100: "released or its node was lost",

@@ -87,3 +87,26 @@ def test_a_connection_secret_derives_each_jobs_token(
     assert hook.token("derived") == read_token("derived")
     with pytest.raises(Exception, match=r"isn't defined|not defined|not found"):
         _ = PrimusHook("primus_missing").settings
+
+
+def test_a_yarn_connection_fills_the_jobs_kerberos_login_where_the_document_is_silent(
+    job_world: JobWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    extra = {
+        "home": str(job_world.home),
+        "backend": "yarn",
+        "queue": "etl",
+        "kerberos_principal": "etl@EXAMPLE.COM",
+        "kerberos_keytab": "/etc/security/keytabs/etl.keytab",
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_PRIMUS_YARN", json.dumps({"conn_type": "primus", "extra": extra}))
+    hook = PrimusHook("primus_yarn")
+    hook.submit_job(job_world.job(), name="kerberized", start=False)
+    record = hook.get_job("kerberized")
+    assert record is not None
+    yarn = record.spec["spec"]["backend"]["yarn"]
+    assert (yarn["queue"], yarn["principal"], yarn["keytab"]) == (
+        "etl",
+        "etl@EXAMPLE.COM",
+        "/etc/security/keytabs/etl.keytab",
+    )

@@ -18,6 +18,7 @@ from airflow_provider_primus.data.sources.files import open_filesystem
 from airflow_provider_primus.embedded.yarn import MiniYarnCluster, start
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
+from airflow_provider_primus.yarn import kerberos as kerberos_module
 from airflow_provider_primus.yarn.application import YarnUnsupportedError, client_identity
 from airflow_provider_primus.yarn.build import YarnBuild
 from airflow_provider_primus.yarn.config import load_conf
@@ -63,7 +64,7 @@ def kerberos(
 
 
 def test_the_cluster_refuses_simple_authentication_and_answers_spnego(
-    secure_cluster: MiniYarnCluster, kerberos: dict[str, str]
+    secure_cluster: MiniYarnCluster, kerberos: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert secure_cluster.webhdfs_url is not None
     apps = f"{secure_cluster.rm_url}/ws/v1/cluster/apps"
@@ -73,6 +74,13 @@ def test_the_cluster_refuses_simple_authentication_and_answers_spnego(
     assert httpx.get(listing + f"&user.name={USER}").status_code == 401
     auth = SpnegoAuth(KerberosLogin(kerberos["principal"], kerberos["keytab"]))
     assert httpx.get(apps, auth=auth).status_code == 200
+    # Tickets about to expire are fetched again from the keytab before the next request.
+    first = auth._negotiator._creds
+    relogin_s = kerberos_module.RELOGIN_S
+    monkeypatch.setattr(kerberos_module, "RELOGIN_S", 10**9)
+    assert httpx.get(apps, auth=auth).status_code == 200
+    assert auth._negotiator._creds is not first
+    monkeypatch.setattr(kerberos_module, "RELOGIN_S", relogin_s)
     homes = httpx.get(listing, auth=auth).json()["FileStatuses"]["FileStatus"]
     assert {(h["pathSuffix"], h["owner"]) for h in homes} >= {(USER, USER)}
 

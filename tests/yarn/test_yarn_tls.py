@@ -13,7 +13,8 @@ from pyarrow import flight
 from airflow_provider_primus.data.service.auth import flight_client
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.master.jobs import read_job_ca, submit
-from airflow_provider_primus.tls import CA_FILE, CA_KEY_FILE, TLS_DIR_ENV, JobCa, TlsError
+from airflow_provider_primus.tls import CA_FILE, CA_KEY_FILE, TLS_DIR_ENV, JobCa, TlsError, verify_context
+from airflow_provider_primus.yarn.am import AmClient, AmError, AmUnreachable
 from tests.master.conftest import JobWorld
 from tests.master.test_master import assert_exactly_once, ended, executor
 from tests.master.test_tls import _options, _reach
@@ -50,6 +51,20 @@ def test_a_tls_job_ships_its_ca_to_the_containers_and_refuses_strangers(
             stranger = flight_client(location, JobCa.create("another-job"))
             with pytest.raises(flight.FlightUnavailableError, match=r"(?i)handshake|certificate|ssl"):
                 stranger.list_actions(_options(master.token, 5))
+
+            # The ApplicationMaster's API is HTTPS with a certificate of the job's CA for its host:
+            # the master's calls (and the job token in them) never cross the network in the clear.
+            session = master.backend.session
+            am = session.rm.app(session.app_id or "")["amRPCAddress"]
+            assert session.am_client(am).url.startswith("https://")
+            with pytest.raises(AmError) as refused:
+                AmClient(f"https://{am}", "not-the-token", verify=verify_context(ca)).status()
+            assert refused.value.status == 401
+            with pytest.raises(AmUnreachable):
+                AmClient(f"http://{am}", master.token, timeout_s=5).status()
+            with pytest.raises(AmUnreachable, match=r"(?i)certificate|ssl"):
+                stranger_ca = JobCa.create("another-job").cert_pem
+                AmClient(f"https://{am}", master.token, verify=verify_context(stranger_ca)).status()
 
             # The executor's CA is the file YARN localized into its container, not the master's.
             data = container_process(executor(record, "data-0")["handle"]["ref"]["container"])

@@ -2,6 +2,8 @@ package dev.primus.yarn;
 
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
+import com.sun.net.httpserver.HttpsConfigurator;
+import com.sun.net.httpserver.HttpsServer;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -122,7 +124,16 @@ public final class ApplicationMaster {
   private void run(Args a) throws Exception {
     containerTokens = containerTokens();
     String host = a.get("--bind-host", System.getenv(ApplicationConstants.Environment.NM_HOST.name()));
-    http = HttpServer.create(new InetSocketAddress(host, 0), 64);
+    InetSocketAddress bind = new InetSocketAddress(host, 0);
+    String tlsCert = a.optional("--tls-cert");
+    if (tlsCert != null) { // a TLS job: the master verifies this server against the job's CA
+      HttpsServer https = HttpsServer.create(bind, 64);
+      https.setHttpsConfigurator(
+          new HttpsConfigurator(Tls.serverContext(Paths.get(tlsCert), Paths.get(a.get("--tls-key", null)))));
+      http = https;
+    } else {
+      http = HttpServer.create(bind, 64);
+    }
     http.createContext("/v1/", this::handle);
     http.setExecutor(Executors.newFixedThreadPool(32));
     http.start();

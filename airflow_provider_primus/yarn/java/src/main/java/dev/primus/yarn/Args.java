@@ -25,4 +25,9 @@ final class Args {
     }
     return v;
   }
+
+  /** The flag's value, or null when it was not given (an optional flag). */
+  String optional(String flag) {
+    return values.get(flag);
+  }
 }

@@ -41,6 +41,7 @@ NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 
 
 TableSharding = Literal["replicated", "row_wise"]
+DenseTransform = Literal["log1p", "none"]
 
 
 class Model(StrictModel):
@@ -51,13 +52,22 @@ class Model(StrictModel):
     ``replicated`` (the default: every trainer holds the whole table, gradients are all-reduced) or
     ``row_wise`` (each trainer holds a contiguous range of the rows; lookups and gradients are
     exchanged with all-to-all), for tables too large for one trainer's memory. With one trainer a
-    row-wise table is one shard."""
+    row-wise table is one shard.
+
+    ``dense_transform`` is what the model does to the dense values before its bottom MLP, in
+    training, in the held-out evaluation and in a published snapshot alike (it is part of the model,
+    training/model.py): ``log1p`` (the default), ``sign(x) * log(1 + |x|)``, because raw logs are
+    heavy-tailed (prices, counts) and the reference DLRM takes the log of its dense counts for that
+    reason; it is stateless, so it needs no statistics of the data and does not touch checkpoints.
+    ``none`` feeds the values as they are, for columns scaled upstream. Nulls and infinities are
+    0 either way."""
 
     embedding_dim: PositiveInt = 16
     buckets: dict[ColumnName, PositiveInt] = Field(default_factory=dict)
     sharding: dict[ColumnName, TableSharding] = Field(default_factory=dict)
     bottom_mlp: list[PositiveInt] = Field(default_factory=lambda: [64, 16])
     top_mlp: list[PositiveInt] = Field(default_factory=lambda: [64, 32])
+    dense_transform: DenseTransform = "log1p"
 
     @model_validator(mode="after")
     def _bottom_ends_at_embedding_dim(self) -> Model:

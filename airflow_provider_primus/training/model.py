@@ -7,6 +7,11 @@ gradients are sparse (``EmbeddingBag(sparse=True)``) and they get their own opti
 
 IDs are not range-checked: the transform layer hashes every sparse column into its table's bucket
 count, so an out-of-range ID is a configuration error that the embedding lookup itself reports.
+
+Dense values are transformed inside :meth:`DLRM.forward` (:func:`dense_input`), not upstream: the
+model is the one thing training, the held-out evaluation and a served snapshot all call, so none of
+them can skip or repeat the transform (train/serve skew), and a stateless transform keeps checkpoints,
+exact resume and sharded or elastic training exactly as they are.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ from typing import cast
 import torch
 from torch import nn
 
-__all__ = ["DLRM", "device_for", "embedding_table", "init_bound"]
+__all__ = ["DENSE_TRANSFORMS", "DLRM", "dense_input", "device_for", "embedding_table", "init_bound"]
+
+# The training contract's ``model.dense_transform`` choices (spec/training.py), default first.
+DENSE_TRANSFORMS = ("log1p", "none")
 
 
 def device_for(choice: str) -> torch.device:
@@ -50,6 +58,30 @@ def _mlp(fan_in: int, widths: Sequence[int], generator: torch.Generator, *, relu
     return nn.Sequential(*layers)
 
 
+def _check_transform(transform: str) -> None:
+    if transform not in DENSE_TRANSFORMS:
+        raise ValueError(f"dense_transform must be one of {list(DENSE_TRANSFORMS)}, got {transform!r}")
+
+
+def dense_input(dense: torch.Tensor, transform: str) -> torch.Tensor:
+    """What the bottom MLP sees of the raw dense values.
+
+    Nulls arrive as NaN (``to_tensors``) and become 0, the neutral input, as do infinities. Then
+    ``log1p`` maps each value to ``sign(x) * log(1 + |x|)``: raw logs are heavy-tailed (prices,
+    counts, durations spanning orders of magnitude) and an MLP fed them as they are is dominated by
+    their largest values; the reference DLRM takes ``log(x + 1)`` of Criteo's dense counts for that
+    reason. The signed form is defined for every real value (a negative balance, a delta), is the
+    identity near 0 (slope 1) and needs no statistics of the data, so it cannot drift between a
+    backfill and the stream, and nothing about it is learned or checkpointed. ``none`` leaves the
+    values as they are, for columns already scaled upstream.
+    """
+    _check_transform(transform)
+    values = torch.nan_to_num(dense, nan=0.0, posinf=0.0, neginf=0.0)
+    if transform == "log1p":
+        values = torch.sign(values) * torch.log1p(values.abs())
+    return values
+
+
 def init_bound(rows: int) -> float:
     """A table's initial values are uniform in ±this (the reference DLRM's scheme)."""
     return math.sqrt(1.0 / rows)
@@ -75,6 +107,7 @@ class DLRM(nn.Module):
 
     With ``num_dense == 0`` there is no bottom MLP (``bottom_mlp`` is ignored, so one config can
     serve sources with and without dense features) and the top MLP sees only the interactions.
+    ``dense_transform`` is applied to the dense values in every forward pass (:func:`dense_input`).
     """
 
     def __init__(
@@ -86,8 +119,10 @@ class DLRM(nn.Module):
         bottom_mlp: Sequence[int],
         top_mlp: Sequence[int],
         seed: int = 0,
+        dense_transform: str = DENSE_TRANSFORMS[0],
     ) -> None:
         super().__init__()
+        _check_transform(dense_transform)
         _positive("num_embeddings", num_embeddings)
         _positive("embedding_dim", [embedding_dim])
         _positive("top_mlp widths", top_mlp)
@@ -115,6 +150,7 @@ class DLRM(nn.Module):
         self.num_sparse = len(num_embeddings)
         self.num_dense = num_dense
         self.embedding_dim = embedding_dim
+        self.dense_transform = dense_transform
         generator = torch.Generator().manual_seed(seed)
         self.embeddings = nn.ModuleList(self._make_tables(num_embeddings, embedding_dim, generator))
         self.bottom: nn.Sequential | None = (
@@ -156,8 +192,7 @@ class DLRM(nn.Module):
         features: list[torch.Tensor] = []
         bottom_out: torch.Tensor | None = None
         if self.bottom is not None:
-            # Dense nulls arrive as NaN (to_tensors); zero is the neutral input for the MLP.
-            bottom_out = self.bottom(torch.nan_to_num(dense, nan=0.0, posinf=0.0, neginf=0.0))
+            bottom_out = self.bottom(dense_input(dense, self.dense_transform))
             features.append(bottom_out)
         # One ID per bag: EmbeddingBag rather than Embedding for its fused sparse-gradient kernel.
         # The tables may live on the host while the dense layers are on a GPU (training/gpu.py):

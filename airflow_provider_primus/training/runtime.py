@@ -64,6 +64,7 @@ from airflow_provider_primus.training.regroup import cut_progress, regroup
 from airflow_provider_primus.training.replay import is_replay
 from airflow_provider_primus.training.reporter import JobReporter
 from airflow_provider_primus.training.savepoints import Savepoints
+from airflow_provider_primus.training.served import MODEL_RECORD, model_record
 from airflow_provider_primus.training.shard_checkpoint import load_model_state, model_state, prune_shards
 from airflow_provider_primus.training.sharding import build_model, full_state_dict, sharding_plan
 from airflow_provider_primus.training.summary import (
@@ -158,16 +159,22 @@ class Trainer:
         # (the default) rather than let every step warn about it.
         torch.sparse.check_sparse_tensor_invariants.disable()  # type: ignore[no-untyped-call]
         # Each table replicated or row-wise per the spec's model.sharding (training/sharding.py).
+        model_args: dict[str, Any] = {
+            "num_embeddings": [sizes[c] for c in self.sparse_cols],
+            "num_dense": len(self.dense_cols),
+            "embedding_dim": spec.model.embedding_dim,
+            "bottom_mlp": spec.model.bottom_mlp if self.dense_cols else [],
+            "top_mlp": spec.model.top_mlp,
+            "seed": spec.seed,
+            "dense_transform": spec.model.dense_transform,
+        }
+        # Published with every snapshot, so a serving host builds the model that was trained.
+        self.model_record = model_record(model_args, self.sparse_cols, self.dense_cols)
         self.model = build_model(
             sharding_plan(spec.model.sharding, self.sparse_cols),
             self.group.rank,
             self.group.world,
-            num_embeddings=[sizes[c] for c in self.sparse_cols],
-            num_dense=len(self.dense_cols),
-            embedding_dim=spec.model.embedding_dim,
-            bottom_mlp=spec.model.bottom_mlp if self.dense_cols else [],
-            top_mlp=spec.model.top_mlp,
-            seed=spec.seed,
+            **model_args,
         )
         # Dense layers on the GPU, the tables too when they fit (training/gpu.py).
         self.placement = placement_for(
@@ -291,6 +298,14 @@ class Trainer:
                 f"the checkpoint at step {step} was written by {written} trainer(s); resume it with "
                 f"as many (this run has {self.group.world}; a job's trainers regroup at a checkpoint)"
             )
+        # Checkpoints from before ``model.dense_transform`` were trained on the raw values.
+        trained_with = state.get("dense_transform", "none")
+        if trained_with != self.model.dense_transform:
+            raise RuntimeError(
+                f"the checkpoint at step {step} was trained with model.dense_transform: {trained_with}; "
+                f"this training spec says {self.model.dense_transform}: set it to {trained_with} to "
+                "resume it (or start afresh with another checkpoint.dir)"
+            )
         ranks = regroup(state["ranks"], self.group.world)
         mine = ranks[self.group.rank]
         self.step = step
@@ -334,7 +349,9 @@ class Trainer:
         state = model_state(self.model, self.optim, self.checkpoints, self.step)
         ranks = self.group.gather(mine)
         if self.group.leader:  # the dense part is the same on every trainer: one copy is written
-            self.checkpoints.save(self.step, {**state, "ranks": ranks})
+            self.checkpoints.save(
+                self.step, {**state, "ranks": ranks, "dense_transform": self.model.dense_transform}
+            )
             prune_shards(self.checkpoints)
         self.group.barrier()  # durable before any trainer commits its offsets
         for stream in self._stream_feeds():
@@ -347,7 +364,12 @@ class Trainer:
             return
         self.publisher.publish(
             model,
-            {"step": self.step, "watermark": iso_ms(self.metrics.watermark_ms), "metrics": self.summary()},
+            {
+                "step": self.step,
+                "watermark": iso_ms(self.metrics.watermark_ms),
+                "metrics": self.summary(),
+                MODEL_RECORD: self.model_record,
+            },
         )
 
     def run(self) -> dict[str, Any]:

@@ -112,6 +112,17 @@ def test_replay_must_name_a_files_source() -> None:
     assert "spec.mixing.replay.source" in messages(exc) and "not a files source" in messages(exc)
 
 
+def test_dense_values_are_log1p_transformed_by_default_and_it_can_be_turned_off() -> None:
+    assert default_training().spec.model.dense_transform == "log1p"
+    assert load_training_spec(doc(model={"dense_transform": "none"})).spec.model.dense_transform == "none"
+    with pytest.raises(SpecError) as exc:
+        load_training_spec(doc(model={"dense_transform": "log"}))
+    assert "spec.model.dense_transform" in messages(exc)
+    with pytest.raises(SpecError) as exc:
+        load_training_spec(doc(model={"dense_transfrom": "none"}))
+    assert "spec.model.dense_transfrom" in messages(exc) and "dense_transform" in messages(exc)
+
+
 def test_table_sharding_is_chosen_per_sparse_column_and_checked() -> None:
     data = load_data_spec(EXAMPLE / "primus-data.yaml")
     assert default_training().spec.model.sharding == {}  # replicated unless asked

@@ -1,14 +1,18 @@
-"""DLRM: shapes, seeded determinism, NaN dense input, sparse embedding gradients, and that it learns."""
+"""DLRM: shapes, seeded determinism, the dense transform and NaN dense input, sparse embedding
+gradients, and that it learns."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+from typing import get_args
 
 import pytest
 import torch
 
+from airflow_provider_primus.spec.training import DenseTransform, Model
 from airflow_provider_primus.training.metrics import auc
-from airflow_provider_primus.training.model import DLRM
+from airflow_provider_primus.training.model import DENSE_TRANSFORMS, DLRM, dense_input
 from airflow_provider_primus.training.optim import Optimizers
 
 # torch's Adagrad warns, once per process, that it builds sparse tensors without invariant checks.
@@ -27,7 +31,7 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-def make_model(seed: int = 0, num_dense: int = 3) -> DLRM:
+def make_model(seed: int = 0, num_dense: int = 3, dense_transform: str = "log1p") -> DLRM:
     return DLRM(
         num_embeddings=TABLES,
         num_dense=num_dense,
@@ -35,6 +39,7 @@ def make_model(seed: int = 0, num_dense: int = 3) -> DLRM:
         bottom_mlp=[16, 8],
         top_mlp=[16, 8],
         seed=seed,
+        dense_transform=dense_transform,
     )
 
 
@@ -67,8 +72,42 @@ def test_same_seed_same_model_and_global_rng_untouched() -> None:
         assert torch.equal(pa, pb)
 
 
-def test_nan_and_inf_dense_values_count_as_zero() -> None:
-    model = make_model()
+def test_log1p_is_signed_and_none_leaves_values_as_they_are() -> None:
+    raw = torch.tensor([[0.0, 1.0, -1.0, math.e - 1, -(math.e**3 - 1), 1e30, -0.25]])
+    expected = torch.tensor([[0.0, math.log(2), -math.log(2), 1.0, -3.0, 30 * math.log(10), -math.log(1.25)]])
+    assert torch.allclose(dense_input(raw, "log1p"), expected)
+    assert torch.equal(dense_input(raw, "none"), raw)
+    small = torch.tensor([[1e-7, -1e-7]])
+    assert torch.allclose(dense_input(small, "log1p"), small, rtol=1e-6)  # slope 1 at 0: no dead zone
+    for transform in DENSE_TRANSFORMS:  # nulls (NaN) and infinities are the neutral 0 either way
+        assert torch.equal(
+            dense_input(torch.tensor([[math.nan, math.inf, -math.inf]]), transform), torch.zeros(1, 3)
+        )
+    # The model's choices and default are the contract's.
+    assert get_args(DenseTransform) == DENSE_TRANSFORMS
+    assert DENSE_TRANSFORMS[0] == Model().dense_transform == "log1p"
+
+
+def test_the_model_applies_its_dense_transform_and_only_it() -> None:
+    sparse, dense = batch(16, seed=6)
+    dense = dense * 1000  # raw, heavy values: a price in cents, a count
+    transformed = make_model(dense_transform="log1p")
+    raw = make_model(dense_transform="none")
+    assert torch.equal(transformed(sparse, dense), raw(sparse, dense_input(dense, "log1p")))
+    assert not torch.allclose(transformed(sparse, dense), raw(sparse, dense))
+    assert make_model().dense_transform == "log1p"  # the default
+
+
+def test_an_unknown_dense_transform_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"dense_transform must be one of \['log1p', 'none'\], got 'log'"):
+        make_model(dense_transform="log")
+    with pytest.raises(ValueError, match="got 'zscore'"):
+        dense_input(torch.zeros(1, 1), "zscore")
+
+
+@pytest.mark.parametrize("transform", DENSE_TRANSFORMS)
+def test_nan_and_inf_dense_values_count_as_zero(transform: str) -> None:
+    model = make_model(dense_transform=transform)
     sparse, dense = batch(8, seed=3)
     dense[0, 1] = float("nan")
     dense[3, 0] = float("inf")

@@ -4,7 +4,9 @@
   the same order as an uninterrupted run;
 - the freshness guard: a burst raises the stream's share to the cap and back, and every batch row it
   deferred is trained later, once;
-- malformed events are dead-lettered with their reason and never stop training.
+- malformed events are dead-lettered with their reason and never stop training;
+- the published snapshot serves the trained model, dense transform included, and a checkpoint is
+  resumed only with the dense transform it was trained with.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+import torch
 import yaml
 from kafka import KafkaConsumer
 
@@ -27,6 +31,7 @@ from airflow_provider_primus.spec.loader import load_training_spec
 from airflow_provider_primus.training.checkpoint import CheckpointStore
 from airflow_provider_primus.training.feeds import StreamFeed
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
+from airflow_provider_primus.training.served import served_model
 from tests.training.conftest import World
 
 PRIMUS = str(Path(sys.executable).parent / "primus")
@@ -264,7 +269,8 @@ def test_holdout_window_is_evaluated_at_the_end_and_a_snapshot_is_published(
     training = load_training_spec(
         world.training(tmp_path / "t.yaml", mode="batch", batch_size=256, evaluation={"holdout": holdout})
     )
-    result = Trainer(data, training, TrainOptions(workdir=tmp_path / "w")).run()
+    trainer = Trainer(data, training, TrainOptions(workdir=tmp_path / "w"))
+    result = trainer.run()
     assert result["rows_trained"] == {"history": world.history_rows}
     assert result["holdout"]["rows"] == 3000
     assert 0.5 < result["holdout"]["auc"] < 1.0  # the labels follow the IDs: a trained model ranks them
@@ -273,6 +279,46 @@ def test_holdout_window_is_evaluated_at_the_end_and_a_snapshot_is_published(
     assert set(snapshot.load_state()) == set(
         Trainer(data, training, TrainOptions(workdir=tmp_path / "x")).model.state_dict()
     )
+    # The snapshot describes its model, dense transform included: served from it alone, it scores
+    # raw rows (heavy values, nulls) exactly as the trainer's own model does.
+    assert snapshot.manifest["model"] == {
+        "num_embeddings": [1009, 503],
+        "num_dense": 1,
+        "embedding_dim": 16,
+        "bottom_mlp": [64, 16],
+        "top_mlp": [64, 32],
+        "dense_transform": "log1p",
+        "sparse": ["user_id", "item_id"],
+        "dense": ["price"],
+    }
+    served = served_model(snapshot)
+    assert served.dense_transform == "log1p"
+    g = torch.Generator().manual_seed(5)
+    ids = torch.stack(
+        [torch.randint(0, 1009, (64,), generator=g), torch.randint(0, 503, (64,), generator=g)], 1
+    )
+    prices = torch.rand(64, 1, generator=g) * 10.0 ** torch.randint(0, 7, (64, 1), generator=g)
+    prices[0, 0] = float("nan")
+    with torch.no_grad():
+        assert torch.equal(served(ids, prices), trainer.model.eval()(ids, prices))
+    # A checkpoint is resumed only with the transform it was trained with.
+    other = load_training_spec(
+        world.training(
+            tmp_path / "none.yaml",
+            mode="batch",
+            batch_size=256,
+            evaluation={"holdout": holdout},
+            model={"dense_transform": "none"},
+        )
+    )
+    resumed = Trainer(data, other, TrainOptions(workdir=tmp_path / "w"))
+    try:
+        with pytest.raises(
+            RuntimeError, match=r"trained with model.dense_transform: log1p; .* set it to log1p"
+        ):
+            resumed.restore()
+    finally:
+        resumed.close()
 
 
 def test_savepoints_are_acknowledged_cumulatively_one_checkpoint_for_many(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from airflow_provider_primus.spec import load_data_spec
 from airflow_provider_primus.spec.loader import load_training_spec
 from airflow_provider_primus.training.object_checkpoints import latest_object_snapshot
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
+from airflow_provider_primus.training.served import served_model
 from tests.s3_helpers import KEY_ENV, SECRET_ENV, admin_fs, new_bucket, storage
 from tests.training.conftest import T0, events, history_source
 
@@ -81,6 +82,7 @@ def test_train_a_window_from_s3_without_leaking_the_secret(
     snapshot = latest_object_snapshot(fs, f"{root}/model")
     assert snapshot is not None and snapshot.manifest["step"] == result["steps"]
     assert snapshot.load_state()
+    assert served_model(snapshot).dense_transform == "log1p"  # served from the object store's manifest
 
     # Resuming finds the final checkpoint on the store: nothing left to train.
     again = Trainer(

@@ -90,7 +90,17 @@ class HadoopConf:
         principal = self.get("yarn.resourcemanager.principal")
         if not principal:
             return None
-        address = self.get("yarn.resourcemanager.address") or self.get("yarn.resourcemanager.hostname") or ""
+        # In HA mode the first ResourceManager's host, as Hadoop's YarnClientUtils picks it.
+        suffix = ""
+        if (self.get("yarn.resourcemanager.ha.enabled") or "").lower() == "true":
+            listed = (self.get("yarn.resourcemanager.ha.rm-ids") or "").split(",")
+            ids = [i.strip() for i in listed if i.strip()]
+            suffix = f".{ids[0]}" if ids else ""
+        address = (
+            self.get(f"yarn.resourcemanager.address{suffix}")
+            or self.get(f"yarn.resourcemanager.hostname{suffix}")
+            or ""
+        )
         host = address.rpartition(":")[0] if ":" in address else address
         return principal.replace("_HOST", (host or "0.0.0.0").lower())
 

@@ -173,6 +173,17 @@ def test_kerberos_names_come_from_the_configuration_as_hadoop_expands_them(tmp_p
     assert conf.token_service() == "127.0.0.1:8020"  # the NameNode's RPC ip:port
     site(tmp_path / "core-site.xml", **{"fs.defaultFS": "hdfs://nameservice1"})
     assert load_conf(tmp_path).token_service() == "ha-hdfs:nameservice1"
+    site(
+        tmp_path / "yarn-site.xml",
+        **{
+            "yarn.resourcemanager.principal": "rm/_HOST@EX.COM",
+            "yarn.resourcemanager.ha.enabled": "true",
+            "yarn.resourcemanager.ha.rm-ids": "rm1,rm2",
+            "yarn.resourcemanager.hostname.rm1": "rm1.example",
+            "yarn.resourcemanager.hostname.rm2": "rm2.example",
+        },
+    )
+    assert load_conf(tmp_path).rm_principal == "rm/rm1.example@EX.COM"  # HA: the first RM's host
     site(tmp_path / "yarn-site.xml")
     assert load_conf(tmp_path).rm_principal is None
     assert short_name("etl/host.example@EX.COM") == "etl" and short_name("alice@EX.COM") == "alice"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import getpass
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -24,7 +25,7 @@ from airflow_provider_primus.yarn.kerberos import HDFS_TOKEN_FILE_ENV, KerberosL
 
 __all__ = ["HdfsError", "open_hdfs"]
 
-_filesystems: dict[tuple[str, str], pafs.FileSystem] = {}
+_filesystems: dict[tuple[str, ...], pafs.FileSystem] = {}
 
 
 class HdfsError(RuntimeError):
@@ -72,31 +73,30 @@ def open_hdfs(uri: str, owner: str | None = None) -> tuple[pafs.FileSystem, str]
             f"{who}: {uri} names NameNode {parsed.netloc} but HADOOP_CONF_DIR ({conf.directory}) "
             f"configures {default.netloc}; point HADOOP_CONF_DIR at that cluster's configuration"
         )
-    http = urlparse(conf.webhdfs_url)
-    token_file = os.environ.get(HDFS_TOKEN_FILE_ENV)
-    login = KerberosLogin.from_environment()
-    if conf.kerberos and token_file:
-        who = f"token:{token_file}"
-    elif conf.kerberos:
-        who = f"kerberos:{login.principal or ''}"
-    else:
-        who = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
-    key = (conf.webhdfs_url, who)
+    identity, connect = _client(conf.kerberos, urlparse(conf.webhdfs_url))
+    key = (conf.webhdfs_url, *identity)
     fs = _filesystems.get(key)
     if fs is None:
-        fs = _filesystems[key] = pafs.PyFileSystem(pafs.FSSpecHandler(_webhdfs(http, who, token_file, login)))
+        fs = _filesystems[key] = pafs.PyFileSystem(pafs.FSSpecHandler(connect()))
     return fs, parsed.path.rstrip("/") or "/"
 
 
-def _webhdfs(http: Any, who: str, token_file: str | None, login: KerberosLogin) -> Any:
-    if who.startswith("token:") and token_file:
-        try:
-            token = Path(token_file).read_text().strip()
-        except OSError as exc:
-            raise HdfsError(
-                f"the application's HDFS delegation token {token_file} is unreadable: {exc}"
-            ) from exc
-        return _replacing_webhdfs()(http.hostname, port=http.port, token=token)
-    if who.startswith("kerberos:"):
-        return _replacing_webhdfs(RequestsSpnegoAuth(login))(http.hostname, port=http.port)
-    return _replacing_webhdfs()(http.hostname, port=http.port, user=who)
+def _client(kerberos: bool, http: Any) -> tuple[tuple[str, ...], Callable[[], Any]]:
+    """Who this process is to WebHDFS (the cache key) and how to connect as that."""
+    host, port = http.hostname, http.port
+    token_file = os.environ.get(HDFS_TOKEN_FILE_ENV)
+    if kerberos and token_file:  # a container of a Kerberized cluster's application
+        return ("token", token_file), lambda: _replacing_webhdfs()(host, port=port, token=_token(token_file))
+    if kerberos:
+        login = KerberosLogin.from_environment()
+        identity = ("kerberos", login.principal or "", login.keytab or "")
+        return identity, lambda: _replacing_webhdfs(RequestsSpnegoAuth(login))(host, port=port)
+    user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+    return ("user", user), lambda: _replacing_webhdfs()(host, port=port, user=user)
+
+
+def _token(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise HdfsError(f"the application's HDFS delegation token {path} is unreadable: {exc}") from exc

@@ -23,6 +23,7 @@ import os
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
@@ -207,8 +208,6 @@ class RequestsSpnegoAuth:
         self._negotiator = _Negotiator(login)
 
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        from urllib.parse import parse_qs, urlsplit
-
         url = urlsplit(request.url or "")
         if _has_delegation(parse_qs(url.query)):
             return request

@@ -31,6 +31,7 @@ from airflow_provider_primus.master.events import EventLog
 from airflow_provider_primus.master.executors import Executor, Executors
 from airflow_provider_primus.master.jobs import job_paths, read_token
 from airflow_provider_primus.master.metrics import JobMetrics, render
+from airflow_provider_primus.master.passes import PassFailures
 from airflow_provider_primus.master.publish import (
     JobEndedError,
     MasterError,
@@ -53,8 +54,6 @@ from airflow_provider_primus.tls import JobCa, write_private
 log = logging.getLogger(__name__)
 
 __all__ = ["Master", "MasterError"]
-
-MAX_PASS_ERRORS = 20  # consecutive failed passes (about 10 s) before the job is failed
 
 
 class Master:
@@ -191,27 +190,29 @@ class Master:
         self.wake.set()
 
     def run(self) -> str:
-        errors = 0
+        failing = PassFailures()
         try:
             while not self.phase.terminal:
                 self.wake.clear()
                 try:
                     self.reconcile()
-                    errors = 0
+                    failing.clear()
                 except JobNotFound:  # the job object was deleted (Kubernetes: a cancel): stop it all
                     self.phase, self.message = Phase.STOPPED, "the job object was deleted"
                     log.info("job %s deleted: stopping its executors", self.name)
                     break
                 except Exception as exc:  # one bad pass must not take a long-running job down
-                    errors += 1
                     log.exception("reconcile pass failed")
-                    if errors >= MAX_PASS_ERRORS:
-                        self._fail(f"{errors} reconcile passes in a row failed; last: {exc!r}")
+                    if failing.add():
+                        self._fail(f"{failing.summary()}; last: {exc!r}")
                         break
-                    self.events.emit(EventType.RECONCILE_ERROR, f"{type(exc).__name__}: {exc}")
+                    try:  # the event goes to the same store that may be what is failing
+                        self.events.emit(EventType.RECONCILE_ERROR, f"{type(exc).__name__}: {exc}")
+                    except Exception:
+                        log.exception("recording the failed pass")
                 if self.phase.terminal:
                     break
-                self.wake.wait(self.tick_s)
+                self.wake.wait(failing.backoff(self.tick_s))
         finally:
             self.close()
         return self.phase

@@ -99,10 +99,12 @@ class TrainerGroup:
             return Exit("removed")
         if ended and obs.exit_code == 0:
             return None
-        others = [e for e in self._trainers(RUNNING) if e is not ex]
         role = self.executors.role("trainer")
-        if not others or ex.restarts >= role.failover.max_restarts:
+        if self.size <= 1 or ex.restarts >= role.failover.max_restarts or self._trainers(COMPLETED):
             return None  # a lone trainer restarts by itself; an exhausted budget fails the job
+        # Whether or not the others still run (a master restarted may find them stopping, or gone):
+        # the one that failed is never started alone into a group that is no longer whole.
+        others = [e for e in self._trainers(RUNNING) if e is not ex]
         ex.exit_code, ex.reason, ex.state = obs.exit_code, obs.reason, REMOVED
         why = obs.reason if obs.reason not in (None, "exited") else f"exited with code {obs.exit_code}"
         self.events.emit(
@@ -132,6 +134,10 @@ class TrainerGroup:
                 self._start(want, allotment)
             return
         running = self._trainers(RUNNING)
+        missing = self._missing()
+        if missing:
+            self._restart_incomplete(missing, running)
+            return
         if want == self.size or len(running) != len(live):
             return
         now = time.monotonic()
@@ -140,6 +146,38 @@ class TrainerGroup:
         for ex in running:
             self.send_command(ex.service_name, {"type": "regroup", "generation": self.generation})
         self._asked = (self.generation, now)
+
+    def _missing(self) -> list[int]:
+        """Indexes of the current group neither live nor stopped to regroup: a launch that failed
+        part way through the group's start, or a member that ended while no master watched."""
+
+        def member(ex: Executor | None) -> bool:
+            if ex is None:
+                return False
+            return ex.state in (RUNNING, REMOVING) or (ex.state == REMOVED and ex.exit_code == EXIT_REGROUP)
+
+        return [i for i in range(self.size) if not member(self.executors.all.get(f"trainer-{i}"))]
+
+    def _restart_incomplete(self, missing: list[int], running: list[Executor]) -> None:
+        """A group with a member missing cannot take a step (its collectives wait for everyone):
+        stop the rest; the next group starts from the checkpoint once they are gone."""
+        if not running:
+            return  # already stopping
+        names = ", ".join(f"trainer-{i}" for i in missing)
+        for index in missing:
+            gone = self.executors.all.get(f"trainer-{index}")
+            self._restarts.setdefault(index, gone.restarts if gone is not None else 0)
+        first = running[0]
+        self.events.emit(
+            EventType.EXECUTOR_FAILED,
+            f"trainer group {self.generation} is missing {names}; restarting the group from its checkpoint",
+            first.name,
+            {"reason": f"group incomplete: {names}"},
+        )
+        for ex in running:
+            self._restarts[ex.handle.index] = ex.restarts
+            self.executors.remove(ex)
+        self._why = "failure"
 
     def _start(self, trainers: int, allotment: Allotment) -> None:
         self.state["generation"] = self.generation + 1
@@ -150,8 +188,17 @@ class TrainerGroup:
             f"trainer group {self.generation}: {trainers} trainer(s) ({why})",
             data={"generation": self.generation, "trainers": trainers, "reason": why},
         )
-        for index in range(trainers):
-            self.executors.launch("trainer", index, allotment, restarts=self._restarts.get(index, 0))
+        launched: list[Executor] = []
+        try:
+            for index in range(trainers):
+                self.executors.launch("trainer", index, allotment, restarts=self._restarts.get(index, 0))
+                launched.append(self.executors.all[f"trainer-{index}"])
+        except Exception:
+            # A group started in part would wait for its missing members forever: stop the part
+            # (the next pass starts the next group once it is gone) and let the pass fail.
+            for ex in launched:
+                self.executors.remove(ex)
+            raise
         self._restarts.clear()
         self._why = "failure"
 

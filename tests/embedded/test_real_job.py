@@ -237,6 +237,9 @@ class PodJobWorld:
                 f"--- {name} {status.get('phase')} {json.dumps(status.get('containerStatuses'))[:600]}"
             )
             lines.append(self.log(name)[-2500:])
+            if any(c.get("restartCount") for c in status.get("containerStatuses") or []):
+                lines.append(f"--- {name}, the container before its last restart:")
+                lines.append(self.log(name, previous=True)[-4000:])
         events = self.api.get(resource_path("v1", "events", self.namespace)).get("items", [])
         lines += [f"event {e.get('reason')}: {e.get('message')}" for e in events[-30:]]
         return "\n".join(lines)

@@ -3,6 +3,7 @@ trainer's kill and a change of their count at a checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,14 +11,15 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
 from airflow_provider_primus.data.sources.kafka import produce
 from airflow_provider_primus.master.client import ControlClient
-from airflow_provider_primus.master.jobs import read_token, submit
+from airflow_provider_primus.master.jobs import read_token, start_master, submit
 from airflow_provider_primus.master.master import Master
-from airflow_provider_primus.master.store import JobRecord
+from airflow_provider_primus.master.store import JobRecord, modify
 from tests.master.conftest import JobWorld, trace_rows_of_group
 from tests.master.test_master import ended, event_types, executor, running, slowed, until
 from tests.training.conftest import T0, events, to_json
@@ -162,3 +164,43 @@ def _rows(line: str) -> list[list[Any]]:
     except ValueError:
         return []  # the torn last line of a killed trainer
     return rows
+
+
+def test_a_master_restarted_into_a_broken_group_restarts_the_whole_group(job_world: JobWorld) -> None:
+    """What a master that died mid-restart of the group leaves: one trainer ended while no master
+    ran, the other recorded as being stopped. The next master stops the rest and starts the group
+    again from its checkpoint; the lost trainer is never started alone into a group that is gone
+    (it would wait for its peer at the rendezvous until the group's timeout, and again)."""
+    submit(job_world.job(**group(2)), store=job_world.store)
+    start_master("job")
+    record = until(job_world, lambda r: (r.status.get("progress", {}).get("trainer_step") or 0) > 0)
+    slow = {"resize": {"trainer-0": {"cpu": 0.1}}, "resize_gen": 1}  # so that the kills land mid-pass
+    modify(job_world.store, "job", lambda r: {**r.desired, **slow})
+    record = until(job_world, lambda r: executor(r, "trainer-0")["handle"]["allotment"]["cpu"] == 0.1)
+    record = until(job_world, lambda r: (r.status.get("progress", {}).get("trainer_step") or 0) > 40)
+    first_master = record.status["master"]["pid"]
+    os.kill(first_master, signal.SIGKILL)
+    with contextlib.suppress(psutil.Error):
+        psutil.Process(first_master).wait(10)
+    record = job_world.store.get("job")
+    lost = executor(record, "trainer-0")["handle"]["ref"]["pid"]
+    os.kill(lost, signal.SIGKILL)
+    with contextlib.suppress(psutil.Error):
+        psutil.Process(lost).wait(10)
+
+    def stopping(status: dict[str, Any]) -> dict[str, Any]:
+        status = json.loads(json.dumps(status))
+        status["executors"]["trainer-1"]["state"] = "removing"
+        return status
+
+    modify(job_world.store, "job", lambda r: stopping(r.status), part="status")
+    generation = record.status["master"]["trainer_generation"]
+    with running(job_world):
+        record = _ended(job_world)
+    assert record.status["phase"] == "Succeeded", record.status["message"]
+    regroups = [e for e in job_world.store.events("job") if e.type == "TrainersRegrouped"]
+    assert [(e.data["generation"], e.data["reason"]) for e in regroups] == [
+        (generation, "start"),
+        (generation + 1, "failure"),
+    ]
+    assert_every_row_once(job_world)

@@ -44,16 +44,25 @@ class TcpRelay:
                 client, _ = server.accept()
             except OSError:
                 return  # closed by stop()
-            try:
-                upstream = socket.create_connection(self.target, timeout=5.0)
-            except OSError:
+            # Dialled off the accept loop: a target slow to accept (an API server under load) holds
+            # up that connection only, not every one behind it.
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target, timeout=10.0)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            if self._server is None:  # stopped meanwhile
                 client.close()
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._open.update((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+                upstream.close()
+                return
+            self._open.update((client, upstream))
+        threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+        self._pump(client, upstream)
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:

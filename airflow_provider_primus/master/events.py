@@ -14,7 +14,7 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from airflow_provider_primus.master.store import JobStore
 from airflow_provider_primus.spec.status import EventType, payload_model
@@ -78,15 +78,23 @@ class EventLog:
     def flush(self) -> None:
         with self._lock:
             queued, self._queued = self._queued, []
-        for type_, message, executor, data in queued:
-            self._foreign(type_, message, executor, data)
+        for i, (type_, message, executor, data) in enumerate(queued):
+            try:
+                self._foreign(type_, message, executor, data)
+            except Exception:  # the store is away: the rest waits for the next pass, in order
+                with self._lock:
+                    self._queued = queued[i:] + self._queued
+                raise
 
     def _foreign(self, type_: str, message: str, executor: str | None, data: Mapping[str, Any]) -> None:
         """An event from a backend or a trainer: typed when its type is known, kept as it came
         otherwise (a newer component's), never dropped."""
         try:
             known = EventType(type_)
-        except ValueError:
+            payload_model(known).model_validate(dict(data))
+        except (ValueError, ValidationError) as exc:
+            if isinstance(exc, ValidationError):  # a component's bug; the event still tells something
+                log.warning("%s event from %s with an unexpected payload: %s", type_, executor, exc)
             event = self.store.add_event(self.job, type_, message, executor, dict(data))
             self._tail.append(event.to_dict())
             return

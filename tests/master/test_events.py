@@ -55,10 +55,10 @@ def test_queued_events_wait_for_the_store_and_keep_their_order(store: Flaky) -> 
 
 def test_an_event_whose_payload_does_not_fit_is_kept_as_it_came(store: Flaky) -> None:
     log = EventLog(store, "job")
-    log.queue("ResizeRefused", "trainer-0: refused", "trainer-0", {"cpu": "lots"})  # memory missing too
+    log.queue("ExecutorLaunched", "trainer-0 launched", "trainer-0", {"cpu": "lots"})  # no memory either
     log.queue("ExecutorFailed", "after it", "data-0", {"reason": "x"})
     log.flush()
     assert [(e.type, e.message, e.data) for e in store.events("job")] == [
-        ("ResizeRefused", "trainer-0: refused", {"cpu": "lots"}),
+        ("ExecutorLaunched", "trainer-0 launched", {"cpu": "lots"}),
         ("ExecutorFailed", "after it", {"reason": "x"}),
     ]

@@ -167,11 +167,10 @@ class TrainerGroup:
         for index in missing:
             gone = self.executors.all.get(f"trainer-{index}")
             self._restarts.setdefault(index, gone.restarts if gone is not None else 0)
-        first = running[0]
         self.events.emit(
             EventType.EXECUTOR_FAILED,
             f"trainer group {self.generation} is missing {names}; restarting the group from its checkpoint",
-            first.name,
+            f"trainer-{missing[0]}",
             {"reason": f"group incomplete: {names}"},
         )
         for ex in running:

@@ -7,7 +7,7 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +20,8 @@ from airflow_provider_primus.master.client import ControlClient
 from airflow_provider_primus.master.jobs import read_token, start_master, submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord, modify
+from airflow_provider_primus.resources.backend import Allotment, Handle
+from airflow_provider_primus.resources.local import LocalBackend
 from tests.master.conftest import JobWorld, trace_rows_of_group
 from tests.master.test_master import ended, event_types, executor, running, slowed, until
 from tests.training.conftest import T0, events, to_json
@@ -203,4 +205,42 @@ def test_a_master_restarted_into_a_broken_group_restarts_the_whole_group(job_wor
         (generation, "start"),
         (generation + 1, "failure"),
     ]
+    assert_every_row_once(job_world)
+
+
+class _SecondTrainerRefusedOnce(LocalBackend):
+    """The backend refuses the group's second trainer the first time (a pod create the cluster
+    refused, a quota), after the first trainer was launched."""
+
+    refused = False
+
+    def launch(  # noqa: PLR0917 - the Backend protocol's signature
+        self,
+        name: str,
+        role: str,
+        index: int,
+        allotment: Allotment,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        incarnation: int = 0,
+    ) -> Handle:
+        if name == "trainer-1" and not self.refused:
+            type(self).refused = True
+            raise RuntimeError("refused: exceeded quota")
+        return super().launch(name, role, index, allotment, command, env, incarnation)
+
+
+def test_a_group_whose_start_failed_part_way_starts_again_whole(job_world: JobWorld) -> None:
+    """A group started in part would wait for its missing member at the rendezvous for good: the
+    part that was launched is stopped and the next group starts whole."""
+    _SecondTrainerRefusedOnce.refused = False
+    submit(job_world.job(**group(2)), store=job_world.store)
+    factory = lambda m: _SecondTrainerRefusedOnce(m.paths.executors, on_event=m.backend_event)  # noqa: E731
+    with running(job_world, backend_factory=factory):
+        record = _ended(job_world)
+    assert _SecondTrainerRefusedOnce.refused
+    assert record.status["phase"] == "Succeeded", record.status["message"]
+    regroups = [e for e in job_world.store.events("job") if e.type == "TrainersRegrouped"]
+    assert [e.data["generation"] for e in regroups] == [1, 2]
+    assert record.status["master"]["trainer_generation"] == 2
     assert_every_row_once(job_world)

@@ -168,11 +168,23 @@ def _rows(line: str) -> list[list[Any]]:
     return rows
 
 
-def test_a_master_restarted_into_a_broken_group_restarts_the_whole_group(job_world: JobWorld) -> None:
-    """What a master that died mid-restart of the group leaves: one trainer ended while no master
-    ran, the other recorded as being stopped. The next master stops the rest and starts the group
-    again from its checkpoint; the lost trainer is never started alone into a group that is gone
-    (it would wait for its peer at the rendezvous until the group's timeout, and again)."""
+@pytest.mark.parametrize(
+    ("killed", "recorded"),
+    [
+        # one member ended while no master ran, the other recorded as being stopped
+        ("trainer-0", {"trainer-1": {"state": "removing"}}),
+        # one member recorded as gone (failed), the other still running and recorded so
+        ("trainer-1", {"trainer-1": {"state": "removed", "exit_code": 1}}),
+    ],
+    ids=["lost-and-stopping", "gone-and-running"],
+)
+def test_a_master_restarted_into_a_broken_group_restarts_the_whole_group(
+    job_world: JobWorld, killed: str, recorded: dict[str, dict[str, Any]]
+) -> None:
+    """What a master that died in the middle of restarting the group can leave. The next master
+    stops what is left and starts the group again from its checkpoint; no trainer is started alone
+    into a group that is gone, and none is left waiting for a peer that will not come (either would
+    wait at the rendezvous until the group's timeout, and again)."""
     submit(job_world.job(**group(2)), store=job_world.store)
     start_master("job")
     record = until(job_world, lambda r: (r.status.get("progress", {}).get("trainer_step") or 0) > 0)
@@ -185,17 +197,18 @@ def test_a_master_restarted_into_a_broken_group_restarts_the_whole_group(job_wor
     with contextlib.suppress(psutil.Error):
         psutil.Process(first_master).wait(10)
     record = job_world.store.get("job")
-    lost = executor(record, "trainer-0")["handle"]["ref"]["pid"]
+    lost = executor(record, killed)["handle"]["ref"]["pid"]
     os.kill(lost, signal.SIGKILL)
     with contextlib.suppress(psutil.Error):
         psutil.Process(lost).wait(10)
 
-    def stopping(status: dict[str, Any]) -> dict[str, Any]:
+    def rewritten(status: dict[str, Any]) -> dict[str, Any]:
         status = json.loads(json.dumps(status))
-        status["executors"]["trainer-1"]["state"] = "removing"
+        for name, fields in recorded.items():
+            status["executors"][name].update(fields)
         return status
 
-    modify(job_world.store, "job", lambda r: stopping(r.status), part="status")
+    modify(job_world.store, "job", lambda r: rewritten(r.status), part="status")
     generation = record.status["master"]["trainer_generation"]
     with running(job_world):
         record = _ended(job_world)

@@ -106,6 +106,7 @@ public final class ApplicationMaster {
 
   public static void main(String[] argv) {
     try {
+      krb5ConfFromEnvironment();
       Args a = Args.parse(argv);
       new ApplicationMaster(a).run(a);
     } catch (Throwable t) {
@@ -113,6 +114,20 @@ public final class ApplicationMaster {
       t.printStackTrace();
       System.err.flush();
       Runtime.getRuntime().halt(1);
+    }
+  }
+
+  /**
+   * A node may name its Kerberos configuration in {@code KRB5_CONFIG} (MIT's variable, which a JVM
+   * does not read) rather than keep it in /etc/krb5.conf: the JVM is pointed at it before Hadoop's
+   * security initializes. A path that does not exist on this node is ignored.
+   */
+  static void krb5ConfFromEnvironment() {
+    String path = System.getenv("KRB5_CONFIG");
+    if (System.getProperty("java.security.krb5.conf") == null
+        && path != null
+        && Files.isRegularFile(Paths.get(path))) {
+      System.setProperty("java.security.krb5.conf", path);
     }
   }
 

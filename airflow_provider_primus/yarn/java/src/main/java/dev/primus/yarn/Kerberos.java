@@ -126,6 +126,11 @@ final class Kerberos {
             Map.entry("yarn.resourcemanager.keytab", keytab),
             Map.entry("yarn.nodemanager.principal", service),
             Map.entry("yarn.nodemanager.keytab", keytab),
+            // Every container's environment names the realm's configuration, as a node's own
+            // /etc/krb5.conf would (the ApplicationMaster's JVM reads it from KRB5_CONFIG).
+            Map.entry(
+                "yarn.nodemanager.admin-env",
+                "MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX,KRB5_CONFIG=" + clientKrb5Conf.getPath()),
             Map.entry("yarn.resourcemanager.webapp.spnego-principal", http),
             Map.entry("yarn.resourcemanager.webapp.spnego-keytab-file", keytab),
             Map.entry("yarn.nodemanager.webapp.spnego-principal", http),

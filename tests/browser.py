@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -90,7 +93,9 @@ def evaluate(
     if binary is None:
         raise RuntimeError("no Chromium: scripts/bootstrap.sh installs Debian's chromium package")
     port = free_port()
-    with tempfile.TemporaryDirectory(prefix="primus-chromium-") as profile:
+    # Chromium's helpers (renderer, crash handler) can outlive the main process for a moment and
+    # still write into the profile: they go with its process group, and what they leave is no error.
+    with tempfile.TemporaryDirectory(prefix="primus-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [
                 binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -99,6 +104,7 @@ def evaluate(
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )  # fmt: skip
         try:
             deadline = time.monotonic() + 30
@@ -114,9 +120,10 @@ def evaluate(
                     time.sleep(0.2)
             return asyncio.run(_capture(debugger, url, token, out, expression))
         finally:
-            proc.terminate()
-            try:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

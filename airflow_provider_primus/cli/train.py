@@ -78,10 +78,12 @@ def _job_token() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.resources.allotment import passive_idle_threads
     from airflow_provider_primus.spec import SpecError, load_data_spec
     from airflow_provider_primus.spec.loader import load_training_spec
     from airflow_provider_primus.spec.training import default_training
 
+    passive_idle_threads()  # before torch loads its OpenMP runtime
     try:
         import torch  # noqa: F401 - only to say which extra brings it when it is missing
     except ImportError:

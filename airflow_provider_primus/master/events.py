@@ -91,14 +91,18 @@ class EventLog:
         otherwise (a newer component's), never dropped."""
         try:
             known = EventType(type_)
-            payload_model(known).model_validate(dict(data))
-        except (ValueError, ValidationError) as exc:
-            if isinstance(exc, ValidationError):  # a component's bug; the event still tells something
-                log.warning("%s event from %s with an unexpected payload: %s", type_, executor, exc)
-            event = self.store.add_event(self.job, type_, message, executor, dict(data))
-            self._tail.append(event.to_dict())
+        except ValueError:
+            self._as_it_came(type_, message, executor, data)
             return
-        self.emit(known, message, executor, data)
+        try:
+            self.emit(known, message, executor, data)  # validates before it writes
+        except ValidationError as exc:  # a component's bug; the event still tells something
+            log.warning("%s event from %s with an unexpected payload: %s", type_, executor, exc)
+            self._as_it_came(type_, message, executor, data)
+
+    def _as_it_came(self, type_: str, message: str, executor: str | None, data: Mapping[str, Any]) -> None:
+        event = self.store.add_event(self.job, type_, message, executor, dict(data))
+        self._tail.append(event.to_dict())
 
     def from_trainer(
         self, executor: str, incarnation: str, report: Mapping[str, Any], seen: dict[str, int]

@@ -114,10 +114,7 @@ class TrainerGroup:
             {"reason": why},
         )
         self._restarts[ex.handle.index] = ex.restarts + 1
-        for other in others:  # without it they could only wait at their next collective
-            self._restarts[other.handle.index] = other.restarts
-            self.executors.remove(other)
-        self._why = "failure"
+        self._stop_rest(others)
         return Exit("restarted")
 
     # --- convergence ------------------------------------------------------------------------------
@@ -173,6 +170,11 @@ class TrainerGroup:
             f"trainer-{missing[0]}",
             {"reason": f"group incomplete: {names}"},
         )
+        self._stop_rest(running)
+
+    def _stop_rest(self, running: list[Executor]) -> None:
+        """Stop what is left of a broken group (it could only wait at its next collective); the next
+        group starts from the checkpoint, each index keeping its failover count."""
         for ex in running:
             self._restarts[ex.handle.index] = ex.restarts
             self.executors.remove(ex)

@@ -131,6 +131,7 @@ def train(model: DLRM, optim: Optimizers, group: Group, run: ShardingRun) -> Non
             [(SOURCE, mine)] if len(mine) else [],
             global_trained=total,
             lr_weighted=total,
+            dense_lr_weighted=total,
             loss_weighted=total,
         )
 

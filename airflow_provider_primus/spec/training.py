@@ -99,15 +99,27 @@ class Optimizer(StrictModel):
     dense: DenseOptimizer = Field(default_factory=DenseOptimizer)
 
 
+# A stream's rows move the dense layers (MLPs) at this fraction of their rate in ``mixed`` mode.
+STREAM_DENSE_LR_MULTIPLIER = 0.1
+
+
 class SourceControl(StrictModel):
-    """Update control for one source: its loss weight, learning-rate multiplier and share cap.
+    """Update control for one source: its loss weight, learning-rate multipliers and share cap.
 
     ``cap`` bounds the source's share of rows within the mixing window, so a traffic spike cannot
-    take over the model however far it lags.
+    take over the model however far it lags. ``dense_lr_multiplier`` scales, on top of
+    ``lr_multiplier``, the rate at which the source's rows move the dense layers (the MLPs; the
+    embeddings keep ``lr_multiplier`` alone). Unset, it is ``STREAM_DENSE_LR_MULTIPLIER`` for a stream
+    source in ``mixed`` mode and 1 otherwise: a stream arrives in time order and cannot be shuffled
+    without delaying it, so every batch is one slice of the day; Adam's fixed-size steps on such
+    batches pull the layers every entity shares towards the current hour, where an embedding row
+    moves only when its own user or item is seen. The history, shuffled, teaches the dense layers;
+    the stream still moves them, ten times more slowly, and moves the embeddings at full rate.
     """
 
     loss_weight: NonNegativeFloat = 1.0
     lr_multiplier: PositiveFloat = 1.0
+    dense_lr_multiplier: PositiveFloat | None = None
     cap: Share = 1.0
 
 

@@ -35,14 +35,16 @@ class LocalStep:
 @dataclass(frozen=True)
 class StepControl:
     """Summed over trainers, each field counts: trainers still active, rows in the step, rows trained
-    on, rows weighted by their learning-rate multiplier and by their loss weight, and whether the
-    leader wants a checkpoint / a published snapshot after this step (rank 0's timers; any trainer's
-    savepoint), and whether the trainers stop at that checkpoint (the master regroups them)."""
+    on, rows weighted by their learning-rate multiplier, by their dense one and by their loss weight,
+    and whether the leader wants a checkpoint / a published snapshot after this step (rank 0's timers;
+    any trainer's savepoint), and whether the trainers stop at that checkpoint (the master regroups
+    them)."""
 
     active: float
     rows: float
     trained_rows: float
     lr_weighted: float
+    dense_lr_weighted: float
     loss_weighted: float
     checkpoint_due: float
     publish_due: float
@@ -70,16 +72,17 @@ class StepControl:
     ) -> StepControl:
         """This trainer's record for ``step`` (``*_due``: this trainer's timers, the leader's count)."""
         trained = [
-            (weights.lr_multiplier(n), weights.loss_weight(n), len(b))
+            (weights.lr_multiplier(n), weights.dense_lr_multiplier(n), weights.loss_weight(n), len(b))
             for n, b in step.parts
             if weights.trains_on(n)
         ]
         return cls(
             active=float(bool(step.active)),
             rows=float(sum(len(b) for _, b in step.parts)),
-            trained_rows=float(sum(r for _, _, r in trained)),
-            lr_weighted=float(sum(m * r for m, _, r in trained)),
-            loss_weighted=float(sum(w * r for _, w, r in trained)),
+            trained_rows=float(sum(r for *_, r in trained)),
+            lr_weighted=float(sum(m * r for m, _, _, r in trained)),
+            dense_lr_weighted=float(sum(d * r for _, d, _, r in trained)),
+            loss_weighted=float(sum(w * r for _, _, w, r in trained)),
             checkpoint_due=float(checkpoint_due or stop),
             publish_due=float(publish_due),
             stop=float(stop),

@@ -80,13 +80,20 @@ class Optimizers:
         for optimizer, _ in self._pairs():
             optimizer.zero_grad(set_to_none=True)
 
-    def step(self, lr_scale: float = 1.0) -> None:
-        """One update at ``base lr * lr_scale``: how a source's learning-rate multiplier applies."""
-        if not (math.isfinite(lr_scale) and lr_scale >= 0):
-            raise ValueError(f"lr_scale must be a finite number >= 0, got {lr_scale}")
+    def step(self, lr_scale: float = 1.0, dense_lr_scale: float | None = None) -> None:
+        """One update at ``base lr * lr_scale``: how a source's learning-rate multiplier applies;
+        the dense optimizer at ``dense_lr_scale`` instead when given (a stream's dense multiplier)."""
+        scales = {
+            "lr_scale": lr_scale,
+            "dense_lr_scale": lr_scale if dense_lr_scale is None else dense_lr_scale,
+        }
+        for name, scale in scales.items():
+            if not (math.isfinite(scale) and scale >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {scale}")
         for optimizer, base_lr in self._pairs():
+            scale = scales["dense_lr_scale"] if optimizer is self.dense else lr_scale
             for group in optimizer.param_groups:
-                group["lr"] = base_lr * lr_scale
+                group["lr"] = base_lr * scale
             optimizer.step()
 
     def state_dict(self) -> dict[str, Any]:

@@ -528,6 +528,7 @@ class Trainer:
                 step.parts,
                 global_trained=agreed.trained_rows,
                 lr_weighted=agreed.lr_weighted,
+                dense_lr_weighted=agreed.dense_lr_weighted,
                 loss_weighted=agreed.loss_weighted,
             )
         self.step += 1

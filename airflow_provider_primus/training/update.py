@@ -1,8 +1,8 @@
 """One step's update: score the rows, then train on those the mode trains on.
 
 Stream rows are scored *before* the update that trains on them (progressive validation), whatever
-the mode. The loss is the weighted mean over the *global* step (all trainers); the learning rate
-scales by the row-weighted mean of the sources' multipliers.
+the mode. The loss is the weighted mean over the *global* step (all trainers); the learning rates
+scale by the row-weighted mean of the sources' multipliers, the dense layers' by their own.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from airflow_provider_primus.data.event_time import (
 )
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.spec.schema import EventTime
-from airflow_provider_primus.spec.training import SourceControl
+from airflow_provider_primus.spec.training import STREAM_DENSE_LR_MULTIPLIER, SourceControl
 from airflow_provider_primus.training.distributed import Group
 from airflow_provider_primus.training.gpu import BatchStager, Placement
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
@@ -66,6 +66,18 @@ class SourceWeights:
         control = self.controls.get(replayed_source(name))
         return control.lr_multiplier if control else 1.0
 
+    def dense_lr_multiplier(self, name: str) -> float:
+        """The rate at which the source's rows move the dense layers, relative to their base rate:
+        ``lr_multiplier`` times the source's dense multiplier (by default ``STREAM_DENSE_LR_MULTIPLIER``
+        for a stream in ``mixed`` mode, spec/training.py says why; in ``stream`` mode the stream is
+        all the dense layers learn from)."""
+        control = self.controls.get(replayed_source(name))
+        dense = control.dense_lr_multiplier if control else None
+        if dense is None:
+            mixed_stream = name in self.streams and self.mode == "mixed"
+            dense = STREAM_DENSE_LR_MULTIPLIER if mixed_stream else 1.0
+        return self.lr_multiplier(name) * dense
+
 
 class Updater:
     def __init__(
@@ -103,15 +115,22 @@ class Updater:
         global_trained: float | None = None,
         lr_weighted: float | None = None,
         loss_weighted: float | None = None,
+        dense_lr_weighted: float | None = None,
     ) -> None:
-        """Score, then update. ``global_trained``, ``lr_weighted`` and ``loss_weighted`` are the
-        step's totals over all trainers (this trainer's own rows when not given)."""
+        """Score, then update. ``global_trained``, ``lr_weighted``, ``loss_weighted`` and
+        ``dense_lr_weighted`` are the step's totals over all trainers (this trainer's own rows when
+        not given)."""
         w = self.weights
         trained_rows = [(n, b) for n, b in parts if w.trains_on(n)]
         local = sum(len(b) for _, b in trained_rows)
         total = local if global_trained is None else global_trained
         lr_sum = (
             sum(w.lr_multiplier(n) * len(b) for n, b in trained_rows) if lr_weighted is None else lr_weighted
+        )
+        dense_lr_sum = (
+            sum(w.dense_lr_multiplier(n) * len(b) for n, b in trained_rows)
+            if dense_lr_weighted is None
+            else dense_lr_weighted
         )
         weight_sum = (
             sum(w.loss_weight(n) * len(b) for n, b in trained_rows)
@@ -153,7 +172,7 @@ class Updater:
                 loss = (losses * weights).sum() / total
                 loss.backward()  # type: ignore[no-untyped-call]
             self.group.sum_gradients(self.model)
-            self.optim.step(lr_scale=lr_sum / total)
+            self.optim.step(lr_scale=lr_sum / total, dense_lr_scale=dense_lr_sum / total)
         for n, b in trained_rows:
             if b.event_time_ms is not None and len(b) and not is_replay(n):  # replays are old news
                 self.metrics.watermark_ms = max(self.metrics.watermark_ms, int(b.event_time_ms.max()))

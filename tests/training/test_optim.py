@@ -67,6 +67,13 @@ def test_lr_scale_sets_group_rates_from_the_base_rates() -> None:
     assert [g["lr"] for g in optimizers.dense.param_groups] == [0.005]
     with pytest.raises(ValueError):
         optimizers.step(-1.0)
+    with pytest.raises(ValueError, match="dense_lr_scale"):
+        optimizers.step(1.0, dense_lr_scale=float("nan"))
+    # A dense scale of its own (a stream's dense multiplier): the sparse side keeps lr_scale.
+    optimizers.zero_grad()
+    optimizers.step(0.5, dense_lr_scale=0.1)
+    assert [g["lr"] for g in optimizers.sparse.param_groups] == [0.1]
+    assert [g["lr"] for g in optimizers.dense.param_groups] == [pytest.approx(0.001)]
 
 
 @pytest.mark.parametrize(

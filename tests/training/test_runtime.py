@@ -52,14 +52,20 @@ def run_trainer(world: World, workdir: Path, training: Path, kill_at: int | None
     assert proc.stdout is not None
     steps: list[dict[str, Any]] = []
     result: dict[str, Any] | None = None
+    killed = False
     try:
+        # Read to the end even after the kill: the trainer may have traced (and checkpointed) a step
+        # or two more before the signal landed, and a step's trace line is written before its
+        # checkpoint, so every checkpointed step's line is still in the pipe.
         for line in proc.stdout:
+            if killed and not line.endswith("\n"):
+                break  # the line the kill cut short: its step was never checkpointed
             entry = json.loads(line)
             if "rows" in entry and "step" in entry:
                 steps.append(entry)
-                if kill_at is not None and entry["step"] >= kill_at:
+                if kill_at is not None and entry["step"] >= kill_at and not killed:
                     proc.send_signal(signal.SIGKILL)
-                    break
+                    killed = True
             else:
                 result = entry
     finally:

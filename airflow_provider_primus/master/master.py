@@ -201,6 +201,10 @@ class Master:
                     self.phase, self.message = Phase.STOPPED, "the job object was deleted"
                     log.info("job %s deleted: stopping its executors", self.name)
                     break
+                except BackendUnusableError as exc:  # no retry can help: fail now, saying why
+                    log.error("the backend cannot go on: %s", exc)
+                    self._fail(f"the {self.job.spec.backend.type} backend cannot go on: {exc}")
+                    break
                 except Exception as exc:  # one bad pass must not take a long-running job down
                     log.exception("reconcile pass failed")
                     if failing.add():
@@ -331,7 +335,10 @@ class Master:
 
     def close(self) -> None:
         if self.phase.terminal:
-            self._stop_all()
+            try:  # a backend that cannot go on may not stop them either: the status is still written
+                self._stop_all()
+            except Exception:
+                log.exception("stopping the executors")
         try:
             if self.phase.terminal:  # requests accepted since the last pass are answered too
                 with contextlib.suppress(JobNotFound):

@@ -14,8 +14,9 @@ from typing import Any, Protocol
 
 class BackendUnusableError(RuntimeError):
     """The backend cannot run this job at all (its cluster's configuration asks for something the
-    backend does not speak): the job fails with the message, where a transient error (a cluster
-    briefly unreachable) would instead leave it to a restarted master."""
+    backend does not speak), or can no longer (the YARN application holding the job's containers has
+    ended): the job fails at once with the message, where a transient error (a cluster briefly
+    unreachable) is retried and would otherwise be left to a restarted master."""
 
 
 @dataclass(frozen=True)

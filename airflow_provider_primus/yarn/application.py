@@ -46,6 +46,7 @@ __all__ = [
     "HDFS_TOKEN_LINK",
     "TOKEN_LINK",
     "StagedFile",
+    "YarnApplicationEndedError",
     "YarnApplicationError",
     "YarnSession",
     "application_tag",
@@ -67,6 +68,11 @@ AM_IDLE_TIMEOUT_S = 600  # the AM gives up when no master called it for this lon
 
 class YarnApplicationError(RuntimeError):
     """The application could not be submitted or has ended; the message says which and why."""
+
+
+class YarnApplicationEndedError(YarnApplicationError, BackendUnusableError):
+    """The application has ended (finished, failed, killed): its containers are gone and no attempt
+    of its ApplicationMaster will come, so the job cannot go on in it."""
 
 
 class YarnUnsupportedError(YarnApplicationError, BackendUnusableError):
@@ -292,7 +298,7 @@ class YarnSession:
         while time.monotonic() < deadline:
             last = self.rm.app(self.app_id)
             if last.get("state") in ("FINISHED", "FAILED", "KILLED"):
-                raise YarnApplicationError(
+                raise YarnApplicationEndedError(
                     f"YARN application {self.app_id} of job {self.job!r} ended ({last.get('state')}, "
                     f"{last.get('finalStatus')}): {last.get('diagnostics') or 'no diagnostics'}"
                 )

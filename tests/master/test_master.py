@@ -19,6 +19,8 @@ from airflow_provider_primus.master.client import ControlClient
 from airflow_provider_primus.master.jobs import read_token, start_master, submit, wait_for
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord, modify
+from airflow_provider_primus.resources.backend import BackendUnusableError, Observation
+from airflow_provider_primus.resources.local import LocalBackend
 from airflow_provider_primus.spec.status import TERMINAL, LaunchPayload, Phase
 from tests.master.conftest import JobWorld, write_world
 from tests.training.conftest import T0
@@ -168,6 +170,39 @@ def test_failover_exhausted_fails_the_job_with_the_reason(job_world: JobWorld) -
     assert record.status["phase"] == "Failed"
     assert "data-0 failed 1 times" in record.status["message"]
     assert "-9" in record.status["message"]
+
+
+class _ApplicationEnded(LocalBackend):
+    """The cluster's application ended under the running job (a YARN application killed from
+    outside): from then on every observation says so, and so does every stop (after stopping the
+    processes for real, so the test leaves nothing behind)."""
+
+    ended = False
+
+    def observe(self, *args: Any, **kwargs: Any) -> dict[str, Observation]:
+        if type(self).ended:
+            raise BackendUnusableError("application_1 ended (KILLED)")
+        return super().observe(*args, **kwargs)
+
+    def terminate(self, *args: Any, **kwargs: Any) -> None:
+        super().terminate(*args, **kwargs)
+        if type(self).ended:
+            raise BackendUnusableError("application_1 ended (KILLED)")
+
+
+def test_a_backend_that_cannot_go_on_fails_the_job_at_once_and_says_why(job_world: JobWorld) -> None:
+    """Not retried like an API server away for a while (that takes minutes to fail a job): the first
+    pass that hears it fails the job, and the final status is written though no executor can be
+    stopped through the backend."""
+    _ApplicationEnded.ended = False
+    submit(job_world.job(**SLOW_DATA), store=job_world.store)
+    factory = lambda m: _ApplicationEnded(m.paths.executors, on_event=m.backend_event)  # noqa: E731
+    with running(job_world, backend_factory=factory) as master, slowed(job_world, master):
+        _ApplicationEnded.ended = True
+        record = until(job_world, ended)
+    assert record.status["phase"] == "Failed"
+    assert record.status["message"] == "the local backend cannot go on: application_1 ended (KILLED)"
+    assert "ReconcileError" not in event_types(job_world)  # failed on the first pass that heard it
 
 
 def test_scale_out_and_in_during_a_pass_delivers_exactly(job_world: JobWorld) -> None:

@@ -7,7 +7,7 @@ for each sample. Stream events get row ids after the history's.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 import yaml
 
 from airflow_provider_primus.data.sources.kafka import produce
@@ -177,3 +178,13 @@ def rows_by_source(steps: list[dict[str, list[int]]]) -> Callable[[int, list[tup
         steps.append(rows)
 
     return trace
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """For tests of tiny tensors: they gain nothing from intra-op threads, and on a busy two-core
+    runner each parallel region can stall for a scheduler slice waiting on its second thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

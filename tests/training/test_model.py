@@ -4,7 +4,6 @@ gradients, and that it learns."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import get_args
 
 import pytest
@@ -16,19 +15,12 @@ from airflow_provider_primus.training.model import DENSE_TRANSFORMS, DLRM, dense
 from airflow_provider_primus.training.optim import Optimizers
 
 # torch's Adagrad warns, once per process, that it builds sparse tensors without invariant checks.
-pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning"),
+    pytest.mark.usefixtures("one_thread"),
+]
 
 TABLES = [50, 20, 7]
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    # Tensors this small gain nothing from intra-op threads, and on a busy two-core runner each
-    # parallel region can stall for a scheduler slice waiting on its second thread.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def make_model(seed: int = 0, num_dense: int = 3, dense_transform: str = "log1p") -> DLRM:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -12,16 +11,10 @@ from airflow_provider_primus.training.model import DLRM
 from airflow_provider_primus.training.optim import Optimizers
 
 # torch's Adagrad warns, once per process, that it builds sparse tensors without invariant checks.
-pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    # As in test_model: tiny tensors, and intra-op threads stall on a busy two-core runner.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning"),
+    pytest.mark.usefixtures("one_thread"),
+]
 
 
 def make_model(seed: int = 0) -> DLRM:

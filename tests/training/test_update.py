@@ -4,8 +4,6 @@ in ``mixed`` mode (unless its control says otherwise) and the embeddings at the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -20,17 +18,12 @@ from airflow_provider_primus.training.replay import REPLAY_SUFFIX
 from airflow_provider_primus.training.summary import TrainMetrics
 from airflow_provider_primus.training.update import SourceWeights, Updater
 
-pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning"),
+    pytest.mark.usefixtures("one_thread"),
+]
 
 STREAMS = frozenset({"events"})
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def weights(mode: str, **controls: SourceControl) -> SourceWeights:

@@ -9,6 +9,7 @@ fails) is decided here and reported as an ``Exit`` the reconcile loop acts on.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +25,8 @@ from airflow_provider_primus.resources.backend import Allotment, Backend, Handle
 from airflow_provider_primus.spec.job import PrimusJob, Role
 from airflow_provider_primus.spec.status import EventType, ExecutorState
 from airflow_provider_primus.tls import TLS_DIR_ENV
+
+log = logging.getLogger(__name__)
 
 __all__ = ["COMPLETED", "FAILED", "REMOVED", "REMOVING", "RUNNING", "Executor", "Executors", "Exit"]
 
@@ -139,7 +142,7 @@ class Executors:
                 where = ex.handle.ref.get("pod") or f"pid {ex.handle.ref.get('pid')}"
                 self.events.emit(EventType.EXECUTOR_ADOPTED, f"re-adopted {ex.name} ({where})", ex.name)
                 if ex.state == REMOVING:  # the previous master's stop request died with it
-                    threading.Thread(target=self.backend.terminate, args=(ex.handle,), daemon=True).start()
+                    threading.Thread(target=self._terminate, args=(ex.handle,), daemon=True).start()
             else:
                 self.events.emit(
                     EventType.EXECUTOR_LOST, f"{ex.name} ended while the master was away", ex.name
@@ -199,7 +202,7 @@ class Executors:
     def remove(self, ex: Executor) -> None:
         ex.state = REMOVING
         self.events.emit(EventType.EXECUTOR_STOPPING, f"stopping {ex.name}", ex.name)
-        stop = threading.Thread(target=self.backend.terminate, args=(ex.handle,), daemon=True)
+        stop = threading.Thread(target=self._terminate, args=(ex.handle,), daemon=True)
         stop.start()
         self._stops[ex.name] = stop
 
@@ -212,13 +215,21 @@ class Executors:
             return False
         return stop is not None
 
+    def _terminate(self, handle: Handle) -> None:
+        """A stop on its own thread: a failure is logged there (the executor may still run, and
+        says so to the next observation), not lost as an unhandled thread exception."""
+        try:
+            self.backend.terminate(handle)
+        except Exception:
+            log.exception("stopping %s", handle.name)
+
     def stop_all(self) -> list[Executor]:
         """Stop every live executor (trainers first) and wait for them; returns them."""
         live = self.live()
         threads = []
         for ex in sorted(live, key=lambda e: e.role != "trainer"):
             ex.state = REMOVED
-            t = threading.Thread(target=self.backend.terminate, args=(ex.handle,), daemon=True)
+            t = threading.Thread(target=self._terminate, args=(ex.handle,), daemon=True)
             t.start()
             threads.append(t)
         for t in threads:

@@ -335,10 +335,7 @@ class Master:
 
     def close(self) -> None:
         if self.phase.terminal:
-            try:  # a backend that cannot go on may not stop them either: the status is still written
-                self._stop_all()
-            except Exception:
-                log.exception("stopping the executors")
+            self._stop_all()
         try:
             if self.phase.terminal:  # requests accepted since the last pass are answered too
                 with contextlib.suppress(JobNotFound):

@@ -83,15 +83,12 @@ class Optimizers:
     def step(self, lr_scale: float = 1.0, dense_lr_scale: float | None = None) -> None:
         """One update at ``base lr * lr_scale``: how a source's learning-rate multiplier applies;
         the dense optimizer at ``dense_lr_scale`` instead when given (a stream's dense multiplier)."""
-        scales = {
-            "lr_scale": lr_scale,
-            "dense_lr_scale": lr_scale if dense_lr_scale is None else dense_lr_scale,
-        }
-        for name, scale in scales.items():
+        dense_scale = lr_scale if dense_lr_scale is None else dense_lr_scale
+        for name, scale in (("lr_scale", lr_scale), ("dense_lr_scale", dense_scale)):
             if not (math.isfinite(scale) and scale >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {scale}")
         for optimizer, base_lr in self._pairs():
-            scale = scales["dense_lr_scale"] if optimizer is self.dense else lr_scale
+            scale = dense_scale if optimizer is self.dense else lr_scale
             for group in optimizer.param_groups:
                 group["lr"] = base_lr * scale
             optimizer.step()

@@ -124,19 +124,14 @@ class Updater:
         trained_rows = [(n, b) for n, b in parts if w.trains_on(n)]
         local = sum(len(b) for _, b in trained_rows)
         total = local if global_trained is None else global_trained
-        lr_sum = (
-            sum(w.lr_multiplier(n) * len(b) for n, b in trained_rows) if lr_weighted is None else lr_weighted
-        )
-        dense_lr_sum = (
-            sum(w.dense_lr_multiplier(n) * len(b) for n, b in trained_rows)
-            if dense_lr_weighted is None
-            else dense_lr_weighted
-        )
-        weight_sum = (
-            sum(w.loss_weight(n) * len(b) for n, b in trained_rows)
-            if loss_weighted is None
-            else loss_weighted
-        )
+
+        def row_weighted(given: float | None, per_source: Callable[[str], float]) -> float:
+            """The step's total over all trainers when given, else this trainer's own rows'."""
+            return sum(per_source(n) * len(b) for n, b in trained_rows) if given is None else given
+
+        lr_sum = row_weighted(lr_weighted, w.lr_multiplier)
+        dense_lr_sum = row_weighted(dense_lr_weighted, w.dense_lr_multiplier)
+        weight_sum = row_weighted(loss_weighted, w.loss_weight)
         logits = None
         self.model.train()
         # Row-wise tables (training/sharding.py): every trainer takes part in every step's lookup

@@ -117,6 +117,7 @@ CORE = {
     "credentials",
     "process",
     "paths",
+    "errors",
 }
 AIRFLOW_LAYER = {"hooks", "operators", "sensors", "triggers", "links", "plugins"}
 

@@ -11,8 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from airflow_provider_primus.errors import TerminalError
 
-class BackendUnusableError(RuntimeError):
+
+class BackendUnusableError(TerminalError):
     """The backend cannot run this job at all (its cluster's configuration asks for something the
     backend does not speak), or can no longer (the YARN application holding the job's containers has
     ended): the job fails at once with the message, where a transient error (a cluster briefly

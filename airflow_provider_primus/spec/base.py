@@ -71,6 +71,25 @@ NonEmptyStr = Annotated[str, AfterValidator(_non_empty), Field(json_schema_extra
 PositiveInt = Annotated[int, Strict(), Field(gt=0)]
 PositiveFloat = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
 
+# Upper bounds for the counts that size memory, processes or work. A value past these is a typo or a
+# unit mistake (``batch_size: 1e12``) that would otherwise validate and fail late and far from its
+# cause (out of memory on the trainer, a planner that never ends). Each is generous: orders of
+# magnitude above what the field's practice uses (TorchRec and Monolith batches are 1-64 Ki rows).
+MAX_BATCH_ROWS = 1 << 20
+MAX_ROWS = 100_000_000  # rows held at once: a task, an evaluation window
+MAX_WIDTH = 65_536  # a layer's width, an embedding's dimension
+MAX_BUCKETS = 1 << 31  # rows of one embedding table on one trainer
+MAX_THREADS = 1_024
+MAX_PROCESSES = 10_000
+MAX_KEEP = 1_000  # checkpoints or published versions kept
+BatchRows = Annotated[int, Strict(), Field(gt=0, le=MAX_BATCH_ROWS)]
+RowCount = Annotated[int, Strict(), Field(gt=0, le=MAX_ROWS)]
+Width = Annotated[int, Strict(), Field(gt=0, le=MAX_WIDTH)]
+BucketCount = Annotated[int, Strict(), Field(gt=0, le=MAX_BUCKETS)]
+ThreadCount = Annotated[int, Strict(), Field(gt=0, le=MAX_THREADS)]
+ProcessCount = Annotated[int, Strict(), Field(gt=0, le=MAX_PROCESSES)]
+KeepCount = Annotated[int, Strict(), Field(gt=0, le=MAX_KEEP)]
+
 
 class StrictModel(BaseModel):
     """Unknown keys are errors and validated specs never change: the base of every contract model."""

@@ -14,7 +14,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, Strict, ValidationError, model_validator
 
-from airflow_provider_primus.spec.base import Metadata, PositiveFloat, PositiveInt, StrictModel, UtcDatetime
+from airflow_provider_primus.spec.base import (
+    Metadata,
+    PositiveFloat,
+    RowCount,
+    StrictModel,
+    ThreadCount,
+    UtcDatetime,
+)
 from airflow_provider_primus.spec.errors import (
     Loc,
     SpecError,
@@ -48,9 +55,9 @@ class Planning(StrictModel):
     """How the planner sizes tasks. ``workers`` is a thread count for I/O round trips (listings,
     footers), not CPUs: on an object store each call waits ~20 ms, so many threads overlap them."""
 
-    target_rows_per_task: PositiveInt = 100_000
-    min_rows_per_task: PositiveInt = 10_000
-    workers: PositiveInt = 64
+    target_rows_per_task: RowCount = 100_000
+    min_rows_per_task: RowCount = 10_000
+    workers: ThreadCount = 64
 
     @model_validator(mode="after")
     def _min_not_above_target(self) -> Planning:

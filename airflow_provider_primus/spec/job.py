@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from airflow_provider_primus.spec.base import (
+    BatchRows,
     Metadata,
     Name,
     NonEmptyStr,
@@ -269,7 +270,7 @@ class Targets(StrictModel):
 class MaxStep(StrictModel):
     """The most one decision may change: executors added or removed, cores, memory factor."""
 
-    replicas: PositiveInt = 1
+    replicas: Annotated[int, Strict(), Field(gt=0, le=MAX_REPLICAS)] = 1
     cpu: Cpu = 1.0
     memory_factor: Annotated[float, Strict(), Field(gt=1, le=4, allow_inf_nan=False)] = 1.5
 
@@ -496,9 +497,9 @@ class Control(StrictModel):
 
 
 class DataService(StrictModel):
-    window: PositiveInt = 8
-    batch_rows: PositiveInt = 8192
-    max_attempts: PositiveInt = 3
+    window: Annotated[int, Strict(), Field(gt=0, le=1_024)] = 8
+    batch_rows: BatchRows = 8192
+    max_attempts: Annotated[int, Strict(), Field(gt=0, le=100)] = 3
     max_failed_share: Annotated[float, Strict(), Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
     # How long executors and trainers keep retrying while the master is away (its restart).
     master_grace_s: PositiveFloat = 60.0

@@ -10,6 +10,7 @@ import re
 import string
 from datetime import datetime
 from typing import Annotated, Literal
+from urllib.parse import unquote
 
 from pydantic import Field, Strict, field_validator, model_validator
 
@@ -89,9 +90,23 @@ def _template_issues(template: str) -> list[str]:
     # Placeholders render to digits and dashes only, so the literal text alone decides whether a
     # rendered folder can climb out of uri (into someone else's data, or anywhere on the machine).
     rendered = "".join(literal + ("0" if field is not None else "") for literal, field, _, _ in parsed)
-    if ".." in rendered.replace("\\", "/").split("/"):
-        problems.append("must stay inside uri: a '..' segment would leave it")
+    if climbs_out(rendered):
+        problems.append("must stay inside uri: a '..' segment (or its percent-encoding) would leave it")
     return problems
+
+
+def climbs_out(path: str) -> bool:
+    """Whether ``path`` holds a ``..`` segment, also percent-encoded (``%2e%2e``, even twice): an
+    object store or WebHDFS decodes what a local check reads literally, so both readings count."""
+    seen = path
+    for _ in range(3):  # %252e%252e is %2e%2e after one decode, '..' after two
+        if ".." in seen.replace("\\", "/").split("/"):
+            return True
+        decoded = unquote(seen)
+        if decoded == seen:
+            return False
+        seen = decoded
+    return True  # still changing after three decodes: nobody names a folder like that on purpose
 
 
 class FileSource(StrictModel):
@@ -109,6 +124,15 @@ class FileSource(StrictModel):
     # without it an s3:// uri is AWS with the standard environment variables.
     storage: ObjectStorage | None = None
     schema_: SourceSchema = Field(alias="schema")
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_without_climbing(cls, value: str) -> str:
+        # A '..' inside the root is either a typo or a way out of the data the contract names; it
+        # would only surface later as a "missing partition" far from its cause.
+        if climbs_out(value.split("://", 1)[-1]):
+            raise ValueError(f"must not contain a '..' segment (or its percent-encoding): {value!r}")
+        return value
 
     @field_validator("path_template")
     @classmethod

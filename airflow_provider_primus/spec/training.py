@@ -15,13 +15,20 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, Strict, ValidationError, model_validator
 
 from airflow_provider_primus.spec.base import (
+    BatchRows,
+    BucketCount,
     ColumnName,
+    KeepCount,
     Metadata,
     NonEmptyStr,
     PositiveFloat,
     PositiveInt,
+    ProcessCount,
+    RowCount,
     SourceName,
     StrictModel,
+    ThreadCount,
+    Width,
 )
 from airflow_provider_primus.spec.data import PrimusData, Window
 from airflow_provider_primus.spec.errors import (
@@ -62,11 +69,11 @@ class Model(StrictModel):
     ``none`` feeds the values as they are, for columns scaled upstream. Nulls and infinities are
     0 either way."""
 
-    embedding_dim: PositiveInt = 16
-    buckets: dict[ColumnName, PositiveInt] = Field(default_factory=dict)
+    embedding_dim: Width = 16
+    buckets: dict[ColumnName, BucketCount] = Field(default_factory=dict)
     sharding: dict[ColumnName, TableSharding] = Field(default_factory=dict)
-    bottom_mlp: list[PositiveInt] = Field(default_factory=lambda: [64, 16])
-    top_mlp: list[PositiveInt] = Field(default_factory=lambda: [64, 32])
+    bottom_mlp: list[Width] = Field(default_factory=lambda: [64, 16])
+    top_mlp: list[Width] = Field(default_factory=lambda: [64, 32])
     dense_transform: DenseTransform = "log1p"
 
     @model_validator(mode="after")
@@ -174,7 +181,7 @@ class Replay(StrictModel):
 
 
 class Mixing(StrictModel):
-    window_steps: PositiveInt = 100
+    window_steps: Annotated[int, Strict(), Field(gt=0, le=1_000_000)] = 100
     sources: dict[SourceName, SourceControl] = Field(default_factory=dict)
     freshness: Freshness = Field(default_factory=Freshness)
     shuffle: Shuffle = Field(default_factory=Shuffle)
@@ -194,7 +201,7 @@ class Checkpoint(StrictModel):
     dir: NonEmptyStr | None = None  # a local directory, s3://bucket/prefix or hdfs://namenode/path
     every_steps: NonNegativeInt = 500
     every_s: NonNegativeFloat = 60.0
-    keep: PositiveInt = 3
+    keep: KeepCount = 3
     storage: ObjectStorage | None = None  # how to reach an s3:// dir (as a files source's)
 
     @model_validator(mode="after")
@@ -207,7 +214,7 @@ class Publish(StrictModel):
     dir: NonEmptyStr | None = None  # a local directory, s3://bucket/prefix or hdfs://namenode/path
     every_steps: NonNegativeInt = 0
     every_s: NonNegativeFloat = 600.0
-    keep: PositiveInt = 5
+    keep: KeepCount = 5
     storage: ObjectStorage | None = None
 
     @model_validator(mode="after")
@@ -221,22 +228,22 @@ class Evaluation(StrictModel):
     sliding window its AUC and log-loss are reported over. ``holdout`` is a time window of the file
     sources evaluated once at the end (it must not overlap the training window)."""
 
-    window_rows: PositiveInt = 20_000
+    window_rows: RowCount = 20_000
     holdout: Window | None = None
 
 
 class TrainingSpec(StrictModel):
     mode: Mode = "mixed"
-    batch_size: PositiveInt = 512
+    batch_size: BatchRows = 512
     seed: NonNegativeInt = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    data_executors: PositiveInt = 1
+    data_executors: ProcessCount = 1
     # Data-parallel trainer processes (torch.distributed, gloo on CPU); each hosts its own data
     # service over a disjoint share of the files and reads partitions p with p % trainers == rank.
-    trainers: PositiveInt = 1
+    trainers: ProcessCount = 1
     # torch intra-op threads; default: the cores left after one per local data executor (at least 1),
     # so the trainer does not fight its own data plane for CPU.
-    threads: PositiveInt | None = None
+    threads: ThreadCount | None = None
     model: Model = Field(default_factory=Model)
     optimizer: Optimizer = Field(default_factory=Optimizer)
     mixing: Mixing = Field(default_factory=Mixing)

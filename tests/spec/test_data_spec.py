@@ -281,13 +281,38 @@ def test_template_needs_a_day_level_placeholder(doc: Doc) -> None:
 
 
 @pytest.mark.parametrize(
-    "template", ["../../../{date}/{hour}", "{date}/../../{hour}", "{date}/{hour}/..", "..\\{date}/{hour}"]
+    "template",
+    [
+        "../../../{date}/{hour}",
+        "{date}/../../{hour}",
+        "{date}/{hour}/..",
+        "..\\{date}/{hour}",
+        "%2e%2e/{date}/{hour}",
+        "{date}/%2E%2e/{hour}",
+        "%252e%252e/{date}/{hour}",
+    ],
 )
 def test_template_must_stay_inside_its_uri(doc: Doc, template: str) -> None:
     files(doc)["path_template"] = template
     path, message = only_issue(doc)
     assert path == "spec.sources[0].path_template"
     assert "must stay inside uri" in message
+
+
+@pytest.mark.parametrize(
+    "uri", ["file:///data/../etc", "s3://bucket/a/%2e%2e/b", "/data/%252E%252E/x", "hdfs://nn/x/.."]
+)
+def test_uri_must_not_climb(doc: Doc, uri: str) -> None:
+    files(doc)["uri"] = uri
+    path, message = only_issue(doc)
+    assert path == "spec.sources[0].uri"
+    assert "'..' segment" in message
+
+
+def test_uri_may_use_dots_inside_names(doc: Doc) -> None:
+    files(doc)["uri"] = "file:///data/v1..2/x.."
+    source = load_data_spec(doc).spec.sources[0]
+    assert isinstance(source, FileSource) and source.uri == "file:///data/v1..2/x.."
 
 
 def test_template_may_use_dots_inside_names(doc: Doc) -> None:

@@ -66,6 +66,8 @@ def test_a_misspelled_field_is_named_with_a_suggestion() -> None:
         ({"mixing": {"freshness": {"live_lag_s": 0}}}, "spec.mixing.freshness.live_lag_s"),
         ({"mixing": {"sources": {"events": {"cap": 0}}}}, "spec.mixing.sources.events.cap"),
         ({"batch_size": True}, "spec.batch_size"),
+        ({"batch_size": 1_000_000_000_000}, "spec.batch_size"),
+        ({"model": {"embedding_dim": 10**9}}, "spec.model.embedding_dim"),
         ({"mixing": {"replay": {"share": 1.0}}}, "spec.mixing.replay.share"),
         ({"mixing": {"replay": {"share": -0.1}}}, "spec.mixing.replay.share"),
         ({"mixing": {"shuffle": {"buffer_rows": -1}}}, "spec.mixing.shuffle.buffer_rows"),
@@ -75,6 +77,14 @@ def test_bad_values_name_their_field(spec: dict[str, Any], path: str) -> None:
     with pytest.raises(SpecError) as exc:
         load_training_spec(doc(**spec))
     assert path in messages(exc)
+
+
+def test_batch_size_is_bounded_with_the_bound_named() -> None:
+    # 1e12 rows per step would hold every row at once; the bound says what is allowed.
+    with pytest.raises(SpecError) as exc:
+        load_training_spec(doc(batch_size=1_000_000_000_000))
+    assert "spec.batch_size: must be at most 1048576" in messages(exc)
+    assert load_training_spec(doc(batch_size=1 << 20)).spec.batch_size == 1 << 20
 
 
 def test_cross_document_checks_name_the_problem() -> None:

@@ -41,7 +41,8 @@ from airflow_provider_primus.master.publish import (
 )
 from airflow_provider_primus.master.savepoints import Savepoints
 from airflow_provider_primus.master.scaling import Scaling
-from airflow_provider_primus.master.store import JobNotFound, JobStore
+from airflow_provider_primus.master.store import JobNotFound, JobStore, SqliteJobStore
+from airflow_provider_primus.master.store_health import StoreHealth
 from airflow_provider_primus.master.telemetry import Telemetry
 from airflow_provider_primus.master.trainers import TrainerGroup
 from airflow_provider_primus.resources.backend import Allotment, Backend, BackendUnusableError, Observation
@@ -190,13 +191,15 @@ class Master:
         self.wake.set()
 
     def run(self) -> str:
-        failing = PassFailures()
+        failing, health = PassFailures(), StoreHealth(self.store, self.name)
         try:
             while not self.phase.terminal:
                 self.wake.clear()
                 try:
                     self.reconcile()
                     failing.clear()
+                    if (stale := health.recovered()) is not None:
+                        self._recovered(*stale)
                 except JobNotFound:  # the job object was deleted (Kubernetes: a cancel): stop it all
                     self.phase, self.message = Phase.STOPPED, "the job object was deleted"
                     log.info("job %s deleted: stopping its executors", self.name)
@@ -207,6 +210,7 @@ class Master:
                     break
                 except Exception as exc:  # one bad pass must not take a long-running job down
                     log.exception("reconcile pass failed")
+                    health.failed(exc)  # readers say the status is stale, and why
                     if failing.add():
                         self._fail(f"{failing.summary()}; last: {exc!r}")
                         break
@@ -221,6 +225,14 @@ class Master:
             self.close()
         return self.phase
 
+    def _recovered(self, held_s: float, failures: int) -> None:
+        """Passes succeed again: the stored status is current once more; say how long it was not."""
+        message = f"the job's status is current again after {failures} failed pass(es) over {held_s:.0f} s"
+        try:
+            self.events.emit(EventType.STORE_RECOVERED, message)
+        except Exception:
+            log.exception("recording the recovery")
+
     def reconcile(self) -> None:
         started = time.perf_counter()
         try:
@@ -229,6 +241,8 @@ class Master:
             self.pass_times.append(time.perf_counter() - started)
 
     def _reconcile(self) -> None:
+        for notice in self.store.take_notices() if isinstance(self.store, SqliteJobStore) else []:
+            self.events.emit(EventType.STORE_RECREATED, notice)
         self.events.flush()
         self._apply_desired(self.store.get(self.name).desired)
         if not self.phase.terminal:

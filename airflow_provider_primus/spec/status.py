@@ -230,6 +230,8 @@ class EventType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     RECONCILE_ERROR = "ReconcileError"
+    STORE_RECREATED = "StoreRecreated"  # the local job store's file vanished; recreated from a copy
+    STORE_RECOVERED = "StoreRecovered"  # the job store is written again after failing passes
 
 
 class _Payload(_Status):

@@ -45,6 +45,7 @@ from airflow_provider_primus.spec.training import (
 from airflow_provider_primus.training.clock import ClockSwitch, TrainingClock
 from airflow_provider_primus.training.control import LocalStep, StepControl
 from airflow_provider_primus.training.distributed import Group
+from airflow_provider_primus.training.event_policy import sane_watermark, watermark_allowance_s
 from airflow_provider_primus.training.feed_setup import open_feeds, open_replay, participants
 from airflow_provider_primus.training.feeds import Feed, StreamFeed
 from airflow_provider_primus.training.gpu import (
@@ -314,6 +315,8 @@ class Trainer:
             self.scores.load_state_dict(mine["scores"])
             self.freshness.load_state_dict(mine["freshness"])
             self.metrics.load_state_dict(mine["metrics"])
+            allowance = watermark_allowance_s(s.event_time_policy for s in kafka_sources(self.data))
+            self.metrics.watermark_ms = sane_watermark(self.metrics.watermark_ms, allowance)
         self.clock.load_state_dict(mine.get("clock"))  # absent: written before ``clock: auto``
         self._mixer_state = mine["mixer"]
         names = {n for r in ranks for n, f in r["feeds"].items() if f is not None and "progress" in f}

@@ -377,6 +377,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"rss {t.get('rss', 0) // 2**20} MiB  "
             f"restarts {ex['restarts']}" + _enforcement(ex["handle"]["ref"])
         )
+        if ex.get("error"):
+            print(f"  {'':<12} last error: {ex['error']}")
     if status.get("message"):
         print(f"  message: {status['message']}")
     if (status.get("master") or {}).get("metrics") and status.get("phase") not in TERMINAL:

@@ -291,7 +291,10 @@ class Master:
         self.savepoints.record(desired.get("savepoints", []))
 
     def _reported(self, ex: Executor, report: Mapping[str, Any]) -> None:
-        """A trainer's report: the savepoints it covered and the job events it raised."""
+        """A trainer's report: the savepoints it covered, the job events it raised and, in the last
+        report of one that failed, the error it failed on."""
+        if report.get("error"):
+            ex.error = str(report["error"])
         self.savepoints.reported(report)
         self.events.from_trainer(
             ex.name, ex.service_name, report, self.applied.setdefault("trainer_events", {})

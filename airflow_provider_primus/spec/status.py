@@ -100,6 +100,7 @@ class ExecutorStatus(_Status):
     state: ExecutorState = ExecutorState.RUNNING
     exit_code: int | None = None
     reason: str | None = None
+    error: str | None = None  # the exception it last ended on, one line
     telemetry: Usage | None = None
 
 
@@ -251,7 +252,12 @@ class LaunchPayload(_Payload):
 
 
 class ExecutorEndPayload(_Payload):
+    """``error``: the exception it ended on, one line; ``terminal``: no restart can fix it (the job
+    failed at once)."""
+
     reason: str | None = None
+    error: str | None = None
+    terminal: bool | None = None
 
 
 class MemoryPayload(_Payload):

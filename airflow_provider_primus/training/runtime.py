@@ -31,6 +31,8 @@ import yaml
 from airflow_provider_primus.data.service.auth import advertised_host, bind_host
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.errors import one_line
+from airflow_provider_primus.process import ERROR_LIMIT
 from airflow_provider_primus.resources.allotment import AllotmentWatcher
 from airflow_provider_primus.spec.data import PrimusData
 from airflow_provider_primus.spec.status import EventType
@@ -402,6 +404,10 @@ class Trainer:
                     return self._regrouped(elapsed_before, started)
             self.metrics.elapsed_s = elapsed_before + (time.monotonic() - started)
             return self._finish(policy)
+        except Exception as exc:
+            if self.reporter is not None:  # the last report says why: a master that sees no file (a pod)
+                self.reporter.extra["error"] = one_line(exc, ERROR_LIMIT)
+            raise
         finally:
             self.close()
 

@@ -8,7 +8,12 @@ local executors, and injects faults while it trains:
   the same port and data after ``outage_s`` (what ``primus kafka down`` / ``up`` does), or paused
   (SIGSTOP, then SIGCONT: a hung broker whose connections stay open);
 * a kill: the trainer or a data executor is SIGKILLed once the stream trains, before the outage
-  (its restart is awaited).
+  (its restart is awaited);
+* a hang (the ``hung-executor`` trial): the only data executor is stopped with SIGSTOP, alive for
+  the backend and serving nothing, with history left to train; the master must declare it hung
+  (``ExecutorHung``, after the data role's ``hang_timeout_s``, ``HANG_TIMEOUT_S`` here), kill and
+  replace it. ``hang_detected_s`` is the time from the SIGSTOP to that event, ``recovery_s`` the
+  time from the event to the first history step trained after it.
 
 Stream records are produced in two halves, before the outage and right after the broker returns, so
 ``recovery_s`` is the time from the broker's return to the first step that trained a record of the
@@ -57,6 +62,7 @@ log = logging.getLogger(__name__)
 
 JOB = "faults"
 KILLS = ("trainer", "data")
+HANG_TIMEOUT_S = 10.0  # the hung-executor trial's data ``hang_timeout_s`` (30 s by default)
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class Trial:
     outage_s: float = 0.0  # 0: no outage
     pause: bool = False  # the outage is SIGSTOP/SIGCONT of the broker instead of a stop and start
     kill: str | None = None  # "trainer" | "data" | None
+    hang: bool = False  # SIGSTOP the only data executor (the hung-executor trial)
     history_days: int = 2
     rows_per_day: int = 12_000
     stream_rows: int = 4_000
@@ -85,13 +92,15 @@ class TrialResult:
     stream_events: list[str] = field(default_factory=list)
     phase: str = ""
     elapsed_s: float = 0.0
+    hang_detected_s: float | None = None  # SIGSTOP to the ExecutorHung event (hung-executor trial)
+    history_left_at_hang: int = 0
 
 
 class TrialError(RuntimeError):
     """The job did not get where the trial needs it to (the message says where it stopped)."""
 
 
-def _write_documents(root: Path, world: World, bootstrap: str, topic: str) -> Path:
+def _write_documents(root: Path, world: World, bootstrap: str, topic: str, *, hang: bool = False) -> Path:
     data_path = write_data_spec(world, root, bootstrap_servers=bootstrap, topic=topic)
     training = {
         "apiVersion": "primus.dev/v1alpha1",
@@ -105,6 +114,15 @@ def _write_documents(root: Path, world: World, bootstrap: str, topic: str) -> Pa
         },
     }
     (root / "training.yaml").write_text(yaml.safe_dump(training))
+    data_role: dict[str, Any] = {
+        "resources": {"cpu": "500m", "memory": "1Gi"},
+        "failover": {"max_restarts": 5},
+    }
+    if hang:  # a whole core: a fractional one is throttled with SIGSTOP/SIGCONT, waking the victim
+        data_role = {
+            "resources": {"cpu": 1, "memory": "1Gi"},
+            "failover": {"max_restarts": 5, "hang_timeout_s": HANG_TIMEOUT_S},
+        }
     job = {
         "apiVersion": "primus.dev/v1alpha1",
         "kind": "PrimusJob",
@@ -116,7 +134,7 @@ def _write_documents(root: Path, world: World, bootstrap: str, topic: str) -> Pa
             "passthrough": ["sample_id"],
             "data_service": {"batch_rows": 500, "window": 2},
             "roles": {
-                "data": {"resources": {"cpu": "500m", "memory": "1Gi"}, "failover": {"max_restarts": 5}},
+                "data": data_role,
                 "trainer": {"resources": {"cpu": 1, "memory": "2Gi"}, "failover": {"max_restarts": 5}},
             },
             "scaling": {"enabled": False},
@@ -219,7 +237,7 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
     try:
         topic = "clicks"
         ensure_topic(state.bootstrap_servers, topic)
-        job_path = _write_documents(root, world, state.bootstrap_servers, topic)
+        job_path = _write_documents(root, world, state.bootstrap_servers, topic, hang=trial.hang)
         produce(state.bootstrap_servers, topic, messages[:half])
         submit(job_path, store=store, home=root / "home")
         trace = _Trace(root / "home" / "jobs" / JOB / "trace.jsonl")
@@ -242,6 +260,16 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
                     ),
                     timeout_s,
                     f"{victim} to be restarted",
+                )
+            if trial.hang:
+                _hang_data_executor(
+                    store,
+                    trace,
+                    master,
+                    record,
+                    result=result,
+                    history_rows=len(history_ids),
+                    timeout_s=timeout_s,
                 )
             if trial.outage_s > 0:
                 # A quarter core for the trainer while the broker is away: the history pass then
@@ -283,7 +311,8 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
                 "the stream to train again",
             )
             at = trace.first_time(lambda row: row[0] == "events" and int(row[3]) in second_half, up)
-            result.recovery_s = round(at - up, 3) if at is not None else None
+            if not trial.hang:  # the hung-executor trial's recovery is the one after the hang
+                result.recovery_s = round(at - up, 3) if at is not None else None
             wanted = collections.Counter(history_ids) + collections.Counter(stream_ids)
 
             def complete(r: JobRecord) -> bool:
@@ -311,6 +340,49 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
         store.close()
     result.elapsed_s = round(time.monotonic() - started, 2)
     return result
+
+
+def _hang_data_executor(
+    store: SqliteJobStore,
+    trace: _Trace,
+    master: Master,
+    record: JobRecord,
+    *,
+    result: TrialResult,
+    history_rows: int,
+    timeout_s: float,
+) -> None:
+    """SIGSTOP the only data executor with history left (the trainer slowed to a quarter core
+    meanwhile, so some is), await its ``ExecutorHung`` event and replacement, and time both."""
+    master.request({"resize": {"trainer-0": {"cpu": 0.25}}})
+    result.history_left_at_hang = history_rows - len(set(trace.ids("history")))
+    stopped = time.time()
+    os.kill(_pid(record, "data-0"), signal.SIGSTOP)
+
+    def hung_at() -> float | None:
+        return next((e.t for e in store.events(JOB) if e.type == "ExecutorHung"), None)
+
+    _until(
+        store,
+        trace,
+        lambda r: hung_at() is not None and r.status["executors"]["data-0"]["incarnation"] >= 1,
+        timeout_s,
+        "the stopped data-0 to be declared hung and replaced",
+    )
+    declared = hung_at()
+    assert declared is not None
+    result.hang_detected_s = round(declared - stopped, 3)
+    master.request({"resize": {"trainer-0": {"cpu": 1.0}}})
+    if result.history_left_at_hang > 0:
+        _until(
+            store,
+            trace,
+            lambda r: trace.first_time(lambda row: row[0] == "history", declared) is not None,
+            timeout_s,
+            "history to train again after the hang",
+        )
+        at = trace.first_time(lambda row: row[0] == "history", declared)
+        result.recovery_s = round(at - declared, 3) if at is not None else None
 
 
 def trials_for(seeds: list[int], *, min_outage_s: float, max_outage_s: float) -> list[Trial]:
@@ -343,12 +415,14 @@ def run(
     for i, plan in enumerate(plans):
         log.info("trial %d/%d", i + 1, len(plans))
         results.append(run_trial(plan, base / f"trial-{i}"))
+    log.info("trial hung-executor")
+    hung = run_trial(Trial(seed=seed, hang=True), base / "trial-hung-executor")
     recoveries = [r.recovery_s for r in results if r.recovery_s is not None]
     return {
         "trials": len(results),
-        "rows_lost": sum(r.rows_lost for r in results),
-        "rows_duplicated": sum(r.rows_duplicated for r in results),
-        "trainer_crashes": sum(r.trainer_crashes for r in results),
+        "rows_lost": sum(r.rows_lost for r in [*results, hung]),
+        "rows_duplicated": sum(r.rows_duplicated for r in [*results, hung]),
+        "trainer_crashes": sum(r.trainer_crashes for r in [*results, hung]),
         "recovery_s": max(recoveries) if recoveries else None,
         "rows_trained": sum(r.rows_trained for r in results),
         "outages_s": [r.trial.outage_s for r in results],
@@ -357,6 +431,19 @@ def run(
         "history_rows_during_outage_min": min(r.history_rows_during_outage for r in results),
         "phases": sorted({r.phase for r in results}),
         "elapsed_s": round(sum(r.elapsed_s for r in results), 1),
+        # The hung-executor trial, beside the seeded ones (``trials`` counts those): its own
+        # accounting; its losses, duplicates and crashes are in the totals above too.
+        "hung_executor": {
+            "rows_lost": hung.rows_lost,
+            "rows_duplicated": hung.rows_duplicated,
+            "trainer_crashes": hung.trainer_crashes,
+            "recovery_s": hung.recovery_s,
+            "hang_detected_s": hung.hang_detected_s,
+            "hang_timeout_s": HANG_TIMEOUT_S,
+            "history_left_at_hang": hung.history_left_at_hang,
+            "phase": hung.phase,
+            "elapsed_s": hung.elapsed_s,
+        },
     }
 
 

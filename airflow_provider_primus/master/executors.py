@@ -236,11 +236,20 @@ class Executors:
             return False
         return stop is not None
 
-    def _terminate(self, handle: Handle) -> None:
+    def kill(self, ex: Executor) -> None:
+        """End a hung executor now, with no grace (SIGKILL; a pod deleted at once): it is not
+        serving, and a stopped process would only act on a polite stop once woken. Waited for, so
+        its replacement is launched under the same name only once it is gone."""
+        self._terminate(ex.handle, grace_s=0.0)
+
+    def _terminate(self, handle: Handle, grace_s: float | None = None) -> None:
         """A stop on its own thread: a failure is logged there (the executor may still run, and
         says so to the next observation), not lost as an unhandled thread exception."""
         try:
-            self.backend.terminate(handle)
+            if grace_s is None:
+                self.backend.terminate(handle)
+            else:
+                self.backend.terminate(handle, grace_s=grace_s)
         except Exception:
             log.exception("stopping %s", handle.name)
 

@@ -28,8 +28,9 @@ from airflow_provider_primus.master.api import ApiServer, JobControl, create_app
 from airflow_provider_primus.master.commands import executor_command
 from airflow_provider_primus.master.dataservice import JobData
 from airflow_provider_primus.master.events import EventLog
-from airflow_provider_primus.master.executors import Executor, Executors
+from airflow_provider_primus.master.executors import RUNNING, Executor, Executors
 from airflow_provider_primus.master.jobs import job_paths, read_token
+from airflow_provider_primus.master.liveness import Liveness
 from airflow_provider_primus.master.metrics import JobMetrics, render
 from airflow_provider_primus.master.passes import PassFailures
 from airflow_provider_primus.master.publish import (
@@ -139,6 +140,8 @@ class Master:
             advertise=advertised_host(host),
         ).start()
         self.restarted = bool(master)
+        # Executors a previous master launched were seen by it: their hang clock starts now.
+        self.liveness = Liveness(self.job, adopted=self.executors.live())
         for ex in self.executors.adopt_all():
             self._settle(ex, self.executors.lost_while_away(ex))
         verb = "restarted" if self.restarted else "started"
@@ -249,6 +252,8 @@ class Master:
             ended = self.telemetry.observe(self.executors.live(), self.backend, self.server, self._reported)
             for ex, obs in ended:
                 self._settle(ex, obs)
+        if not self.phase.terminal and not self.suspended:
+            self._replace_hung()
         if not self.phase.terminal:
             self.savepoints.send(self.executors.running("trainer"), self.server.send_command)
         self.jobdata.report_quarantine()
@@ -311,6 +316,33 @@ class Master:
             self.scaling.replicas[ex.role] = outcome.replicas
         elif outcome.kind == "failed":
             self._fail(outcome.message)
+
+    def _replace_hung(self) -> None:
+        """Running but not progressing (master/liveness.py): say so, fence the incarnation out of
+        the data service, kill it and let its role's failover restart it (the hang counts against
+        ``max_restarts``: one that hangs every time fails the job, saying so)."""
+        dispatcher = self.dispatcher
+        for ex in self.executors.all.values():  # every replaced incarnation stays refused, also
+            dispatcher.fence(ex.name, ex.incarnation)  # across a rewind or a master restart
+        hung = self.liveness.check(
+            self.executors.running(),
+            dispatcher.liveness(),
+            self.server.take_reports(),
+            work_waiting=dispatcher.work_waiting(),
+        )
+        for hang in hung:
+            ex = hang.executor
+            if ex.state != RUNNING:  # settled meanwhile (a group restart stopped it)
+                continue
+            self.events.emit(
+                EventType.EXECUTOR_HUNG,
+                f"{ex.name} hung: {hang.why}; replacing it",
+                ex.name,
+                {"reason": hang.why, "silent_s": round(hang.silent_s, 1), "incarnation": ex.incarnation},
+            )
+            dispatcher.fence(ex.name, ex.incarnation + 1)
+            self.executors.kill(ex)
+            self._settle(ex, Observation(ex.name, time.monotonic(), False, reason=f"hung: {hang.why}"))
 
     def _check_done(self) -> None:
         if self.trainers.finished():

@@ -200,6 +200,7 @@ class EventType(StrEnum):
     EXECUTOR_ADOPTED = "ExecutorAdopted"
     EXECUTOR_LOST = "ExecutorLost"
     EXECUTOR_FAILED = "ExecutorFailed"
+    EXECUTOR_HUNG = "ExecutorHung"  # alive but no progress for its hang timeout: killed and replaced
     EXECUTOR_ABANDONED = "ExecutorAbandoned"
     EXECUTOR_STOPPING = "ExecutorStopping"
     EXECUTOR_REMOVED = "ExecutorRemoved"
@@ -258,6 +259,14 @@ class ExecutorEndPayload(_Payload):
     reason: str | None = None
     error: str | None = None
     terminal: bool | None = None
+
+
+class HangPayload(_Payload):
+    """A hung executor: why (``no heartbeat for 30 s``), how long it was silent, its incarnation."""
+
+    reason: str
+    silent_s: float
+    incarnation: int
 
 
 class MemoryPayload(_Payload):
@@ -358,6 +367,7 @@ _PAYLOADS: dict[EventType, type[_Payload]] = {
     EventType.EXECUTOR_LAUNCHED: LaunchPayload,
     EventType.EXECUTOR_FAILED: ExecutorEndPayload,
     EventType.EXECUTOR_LOST: ExecutorEndPayload,
+    EventType.EXECUTOR_HUNG: HangPayload,
     EventType.MEMORY_PRESSURE: MemoryPayload,
     EventType.MEMORY_LIMIT: MemoryPayload,
     EventType.SCALE_DECISION: ScalePayload,

@@ -35,6 +35,7 @@ __all__ = [
     "implausible",
     "iso",
     "now_ms",
+    "unit_hint",
 ]
 
 MIN_PLAUSIBLE_MS = int(datetime(1990, 1, 1, tzinfo=UTC).timestamp() * 1000)
@@ -63,6 +64,21 @@ def fitting_units(low: float, high: float, now: int | None = None) -> tuple[str,
         u
         for u in EVENT_TIME_UNITS
         if low * MS_PER_UNIT[u] >= MIN_PLAUSIBLE_MS and high * MS_PER_UNIT[u] <= upper
+    )
+
+
+def unit_hint(declared: EventTime, low_ms: float, high_ms: float) -> str:
+    """What to declare when integer times from ``low_ms`` to ``high_ms`` (as read) would be
+    plausible in another unit; empty when none fits. Said wherever such times are reported, so a unit
+    mix-up is named rather than only counted or dead-lettered."""
+    unit = declared.integer_unit
+    fits = [u for u in fitting_units(low_ms / MS_PER_UNIT[unit], high_ms / MS_PER_UNIT[unit]) if u != unit]
+    if not fits:
+        return ""
+    return (
+        f"; if column {declared.column!r} holds integers, they were read as epoch "
+        f"{UNIT_NAMES[unit]} but fit epoch {UNIT_NAMES[fits[0]]}: declare "
+        f"event_time: {{column: {declared.column}, unit: {fits[0]}}}"
     )
 
 

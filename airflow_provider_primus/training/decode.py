@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import torch
 
-from airflow_provider_primus.data.event_time import iso
+from airflow_provider_primus.data.event_time import iso, unit_hint
 from airflow_provider_primus.data.tensors import TensorBatch, to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer, MissingLabelError, SchemaMismatchError
 from airflow_provider_primus.spec.sources import KafkaSource
@@ -154,9 +154,13 @@ class StreamDecoder:
                 iso(judged.upper_ms),
             )
             return batch
+        declared = self.source.schema_.event_time
         for i in np.flatnonzero(judged.out):
             record = self._record_at(int(batch.positions[i]))
-            self._dead_letter(partition, record, self._times.reason(int(times[i]), judged))
+            reason = self._times.reason(int(times[i]), judged)
+            if declared is not None:  # a unit mix-up (epoch seconds read as ms) named, not only refused
+                reason += unit_hint(declared, float(times[i]), float(times[i]))
+            self._dead_letter(partition, record, reason)
         return batch.rows(np.flatnonzero(~judged.out).astype(np.int64))
 
     def _record_at(self, offset: int) -> Any:

@@ -15,14 +15,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from airflow_provider_primus.data.event_time import (
-    MS_PER_UNIT,
-    UNIT_NAMES,
-    fitting_units,
-    implausible,
-    iso,
-    now_ms,
-)
+from airflow_provider_primus.data.event_time import implausible, iso, now_ms, unit_hint
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.spec.schema import EventTime
 from airflow_provider_primus.spec.training import STREAM_DENSE_LR_MULTIPLIER, SourceControl
@@ -217,8 +210,7 @@ class Updater:
             f"the figures' event_time_implausible"
         )
         declared = self.event_times.get(name)
-        if declared is None:
-            return text
+        return text if declared is None else text + unit_hint(declared, low, high)
         unit = declared.integer_unit
         fits = [u for u in fitting_units(low / MS_PER_UNIT[unit], high / MS_PER_UNIT[unit]) if u != unit]
         if fits:

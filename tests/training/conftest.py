@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
+from kafka import KafkaConsumer
 
 from airflow_provider_primus.data.sources.kafka import produce
 from airflow_provider_primus.spec.sources import KafkaSource
@@ -188,3 +189,16 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def letters_on(bootstrap: str, topic: str, expected: int) -> list[Any]:
+    """Every dead letter on ``topic`` (exactly ``expected`` of them), read from the start."""
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=3000
+    )
+    try:
+        letters = list(consumer)
+    finally:
+        consumer.close()
+    assert len(letters) == expected, [dict(m.headers)["primus.error"] for m in letters[:5]]
+    return letters

@@ -20,14 +20,13 @@ from typing import Any
 
 import numpy as np
 import yaml
-from kafka import KafkaConsumer
 
 from airflow_provider_primus.spec import load_data_spec
 from airflow_provider_primus.spec.loader import load_training_spec
 from airflow_provider_primus.training.event_policy import sane_watermark
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
 from airflow_provider_primus.training.stream import StreamSource
-from tests.training.conftest import T0, World, events, kafka_source, produce, to_json
+from tests.training.conftest import T0, World, events, kafka_source, letters_on, produce, to_json
 
 BAD_ID = 100_000  # row ids of out-of-policy events: none of them may be trained
 HOUR_MS = 3_600_000
@@ -51,18 +50,6 @@ def mixed_messages(good: list[bytes]) -> tuple[list[bytes], list[bytes], list[by
         messages += [f, *([b"{not json"] if i % 50 == 0 else []), next(rest), p]
     messages += list(rest)
     return messages, future, past
-
-
-def letters_on(bootstrap: str, topic: str, expected: int) -> list[Any]:
-    consumer = KafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=3000
-    )
-    try:
-        letters = list(consumer)
-    finally:
-        consumer.close()
-    assert len(letters) == expected, [dict(m.headers)["primus.error"] for m in letters[:5]]
-    return letters
 
 
 def drain(src: StreamSource, timeout_s: float = 60.0) -> tuple[list[int], list[int]]:

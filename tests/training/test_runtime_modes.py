@@ -3,8 +3,9 @@
 - ``batch``: the stream is only scored, and never changes what history is trained: a lagging stream
   and an empty one give the same history rows, step by step, with no guard and nothing deferred;
 - ``stream``: history is not read, let alone trained;
-- integer event times in a stream are read in the schema's declared unit, and rows whose times are
-  implausible (epoch seconds read as milliseconds) are counted in the figures the job reports.
+- integer event times in a stream are read in the schema's declared unit; rows whose times are
+  implausible (epoch seconds read as milliseconds) are dead-lettered by the default event-time
+  policy with the unit that fits named, and counted in the job's figures where a policy admits them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import yaml
 from airflow_provider_primus.spec import load_data_spec
 from airflow_provider_primus.spec.loader import load_training_spec
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
-from tests.training.conftest import T0, World, events, rows_by_source
+from tests.training.conftest import T0, World, events, letters_on, rows_by_source
 
 # The wall clock, so the old test data makes a stream that lags by any measure; the guard acts on
 # 100 unconsumed records.
@@ -85,6 +86,12 @@ def produce_in_seconds(world: World, rows: int, seed: int) -> list[int]:
     return times
 
 
+def policy(world: World, event_time_policy: dict[str, Any]) -> None:
+    doc = yaml.safe_load(world.spec_path.read_text())
+    doc["spec"]["sources"][1]["event_time_policy"] = event_time_policy
+    world.spec_path.write_text(yaml.safe_dump(doc))
+
+
 def declare(world: World, event_time: Any) -> None:
     doc = yaml.safe_load(world.spec_path.read_text())
     doc["spec"]["sources"][1]["schema"]["event_time"] = event_time
@@ -95,7 +102,18 @@ def test_epoch_seconds_in_a_stream_honour_the_declared_unit(world: World, tmp_pa
     times = produce_in_seconds(world, 800, seed=7)
     stream = {"mode": "stream", "mixing": {"freshness": {"clock": "wall"}}}
 
-    # No unit declared: read as milliseconds, and every row is counted, not silently accepted.
+    # No unit declared: read as milliseconds they fall in January 1970, before the default
+    # event_time_policy floor, so each is dead-lettered with a reason that names the unit that fits.
+    _, refused, _ = run(world, tmp_path, "refused", **stream)
+    assert refused["rows_trained"] == {} and refused["dead_lettered"] == 800
+    assert refused["watermark"] is None  # the watermark only moves with accepted events
+    letters = letters_on(world.bootstrap, f"{world.topic}.dlq", expected=800)
+    reason = dict(letters[0].headers)["primus.error"].decode()
+    assert "before event_time_policy.min_event_time" in reason, reason
+    assert "fit epoch seconds: declare event_time: {column: ts, unit: s}" in reason, reason
+
+    # A floor at the epoch lets them through: trained, and every row counted, not silently accepted.
+    policy(world, {"min_event_time": "1970-01-01T00:00:00Z"})
     trainer, undeclared, _ = run(world, tmp_path, "undeclared", **stream)
     assert undeclared["rows_trained"] == {"events": 800}
     assert undeclared["event_time_implausible"] == {"events": 800}

@@ -10,18 +10,60 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from airflow_provider_primus.errors import is_terminal, one_line
 
 _GUARD = Path(__file__).with_name("_orphan_guard.py")
 
 # Where an executor records its exit code: a restarted master re-adopted it, so it is not the
 # process's parent and cannot wait() for the code. Set by the master, honoured by `primus`'s entry.
 EXIT_FILE_ENV = "PRIMUS_EXIT_FILE"
+# The exit code of an executor that ended on an error no retry can fix (``errors.TerminalError``): its
+# master fails the job at once with the error instead of spending the role's restarts. 78 is
+# sysexits' EX_CONFIG ("configuration error"); it travels where a file cannot (a pod's status).
+EXIT_TERMINAL = 78
+EXIT_FAILED = 1  # any other exception: what Python itself exits with
+ERROR_LIMIT = 500  # characters of the last error a status, an event and a task log carry
 # The `primus` command as a module, run by the interpreter that runs the master: executors get the
 # same installation whatever PATH says.
 PRIMUS_MODULE = "airflow_provider_primus.cli.main"
+
+
+def error_file(exit_file: Path) -> Path:
+    """Where an executor leaves its last error, beside its exit code: the master puts it in the
+    failure it reports, so the status says why and not only "exited with code 1"."""
+    return exit_file.with_suffix(".error")
+
+
+def run_executor(body: Callable[[], int], exit_file: Path) -> int:
+    """Run an executor's ``body`` and leave its master what it needs to settle its end: the exit
+    code in ``exit_file`` (the master may not be its parent), and an exception it ended on as one
+    line in ``error_file``, the exit code saying whether a retry can help (``EXIT_TERMINAL``).
+    The traceback still goes to the executor's log."""
+    errors = error_file(exit_file)
+    errors.unlink(missing_ok=True)
+    try:
+        code = body()
+    except Exception as exc:
+        traceback.print_exc()
+        code = EXIT_TERMINAL if is_terminal(exc) else EXIT_FAILED
+        with contextlib.suppress(OSError):  # a full disk may refuse this too: the code still says it
+            errors.write_text(one_line(exc, ERROR_LIMIT) + "\n", encoding="utf-8")
+    exit_file.write_text(str(code))
+    return code
+
+
+def read_error(exit_file: Path) -> str | None:
+    """The last error an executor left beside ``exit_file``, if any."""
+    try:
+        text = error_file(exit_file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text or None
 
 
 def primus_command(*args: str) -> list[str]:

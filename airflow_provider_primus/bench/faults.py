@@ -12,6 +12,11 @@ local executors, and injects faults while it trains:
 * a changed file: once the job has planned, the last history day's file is rewritten in place with
   the same schema and row count but other rows (sample ids never planned). Its task must be
   quarantined with the reason, none of its new rows trained, every other row trained once.
+* a hang (the ``hung-executor`` trial): the only data executor is stopped with SIGSTOP, alive for
+  the backend and serving nothing, with history left to train; the master must declare it hung
+  (``ExecutorHung``, after the data role's ``hang_timeout_s``, ``HANG_TIMEOUT_S`` here), kill and
+  replace it. ``hang_detected_s`` is the time from the SIGSTOP to that event, ``recovery_s`` the
+  time from the event to the first history step trained after it.
 
 Stream records are produced in two halves, before the outage and right after the broker returns, so
 ``recovery_s`` is the time from the broker's return to the first step that trained a record of the
@@ -61,6 +66,7 @@ log = logging.getLogger(__name__)
 
 JOB = "faults"
 KILLS = ("trainer", "data")
+HANG_TIMEOUT_S = 10.0  # the hung-executor trial's data ``hang_timeout_s`` (30 s by default)
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,7 @@ class Trial:
     outage_s: float = 0.0  # 0: no outage
     pause: bool = False  # the outage is SIGSTOP/SIGCONT of the broker instead of a stop and start
     kill: str | None = None  # "trainer" | "data" | None
+    hang: bool = False  # SIGSTOP the only data executor (the hung-executor trial)
     history_days: int = 2
     rows_per_day: int = 12_000
     stream_rows: int = 4_000
@@ -97,6 +104,8 @@ class TrialResult:
     rows_unplanned: int = 0
     phase: str = ""
     elapsed_s: float = 0.0
+    hang_detected_s: float | None = None  # SIGSTOP to the ExecutorHung event (hung-executor trial)
+    history_left_at_hang: int = 0
 
 
 class TrialError(RuntimeError):
@@ -104,7 +113,7 @@ class TrialError(RuntimeError):
 
 
 def _write_documents(
-    root: Path, world: World, bootstrap: str, topic: str, *, failed_share: float = 0.0
+    root: Path, world: World, bootstrap: str, topic: str, *, hang: bool = False, failed_share: float = 0.0
 ) -> Path:
     data_path = write_data_spec(world, root, bootstrap_servers=bootstrap, topic=topic)
     training = {
@@ -119,6 +128,15 @@ def _write_documents(
         },
     }
     (root / "training.yaml").write_text(yaml.safe_dump(training))
+    data_role: dict[str, Any] = {
+        "resources": {"cpu": "500m", "memory": "1Gi"},
+        "failover": {"max_restarts": 5},
+    }
+    if hang:  # a whole core: a fractional one is throttled with SIGSTOP/SIGCONT, waking the victim
+        data_role = {
+            "resources": {"cpu": 1, "memory": "1Gi"},
+            "failover": {"max_restarts": 5, "hang_timeout_s": HANG_TIMEOUT_S},
+        }
     job = {
         "apiVersion": "primus.dev/v1alpha1",
         "kind": "PrimusJob",
@@ -130,7 +148,7 @@ def _write_documents(
             "passthrough": ["sample_id"],
             "data_service": {"batch_rows": 500, "window": 2, "max_failed_share": failed_share},
             "roles": {
-                "data": {"resources": {"cpu": "500m", "memory": "1Gi"}, "failover": {"max_restarts": 5}},
+                "data": data_role,
                 "trainer": {"resources": {"cpu": 1, "memory": "2Gi"}, "failover": {"max_restarts": 5}},
             },
             "scaling": {"enabled": False},
@@ -250,7 +268,9 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
         ensure_topic(state.bootstrap_servers, topic)
         # The changed file's task is one of the history's two: let the job go on without it.
         failed_share = 0.5 if trial.change_file else 0.0
-        job_path = _write_documents(root, world, state.bootstrap_servers, topic, failed_share=failed_share)
+        job_path = _write_documents(
+            root, world, state.bootstrap_servers, topic, hang=trial.hang, failed_share=failed_share
+        )
         produce(state.bootstrap_servers, topic, messages[:half])
         submit(job_path, store=store, home=root / "home")
         trace = _Trace(root / "home" / "jobs" / JOB / "trace.jsonl")
@@ -288,6 +308,16 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
                     ),
                     timeout_s,
                     f"{victim} to be restarted",
+                )
+            if trial.hang:
+                _hang_data_executor(
+                    store,
+                    trace,
+                    master,
+                    record,
+                    result=result,
+                    history_rows=len(history_ids),
+                    timeout_s=timeout_s,
                 )
             if trial.outage_s > 0:
                 # A quarter core for the trainer while the broker is away: the history pass then
@@ -329,7 +359,8 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
                 "the stream to train again",
             )
             at = trace.first_time(lambda row: row[0] == "events" and int(row[3]) in second_half, up)
-            result.recovery_s = round(at - up, 3) if at is not None else None
+            if not trial.hang:  # the hung-executor trial's recovery is the one after the hang
+                result.recovery_s = round(at - up, 3) if at is not None else None
             wanted = collections.Counter(history_ids) + collections.Counter(stream_ids)
             # The changed file's planned rows are not to be trained (its task is quarantined).
             expected = wanted - collections.Counter(changed_planned)
@@ -371,6 +402,49 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
     return result
 
 
+def _hang_data_executor(
+    store: SqliteJobStore,
+    trace: _Trace,
+    master: Master,
+    record: JobRecord,
+    *,
+    result: TrialResult,
+    history_rows: int,
+    timeout_s: float,
+) -> None:
+    """SIGSTOP the only data executor with history left (the trainer slowed to a quarter core
+    meanwhile, so some is), await its ``ExecutorHung`` event and replacement, and time both."""
+    master.request({"resize": {"trainer-0": {"cpu": 0.25}}})
+    result.history_left_at_hang = history_rows - len(set(trace.ids("history")))
+    stopped = time.time()
+    os.kill(_pid(record, "data-0"), signal.SIGSTOP)
+
+    def hung_at() -> float | None:
+        return next((e.t for e in store.events(JOB) if e.type == "ExecutorHung"), None)
+
+    _until(
+        store,
+        trace,
+        lambda r: hung_at() is not None and r.status["executors"]["data-0"]["incarnation"] >= 1,
+        timeout_s,
+        "the stopped data-0 to be declared hung and replaced",
+    )
+    declared = hung_at()
+    assert declared is not None
+    result.hang_detected_s = round(declared - stopped, 3)
+    master.request({"resize": {"trainer-0": {"cpu": 1.0}}})
+    if result.history_left_at_hang > 0:
+        _until(
+            store,
+            trace,
+            lambda r: trace.first_time(lambda row: row[0] == "history", declared) is not None,
+            timeout_s,
+            "history to train again after the hang",
+        )
+        at = trace.first_time(lambda row: row[0] == "history", declared)
+        result.recovery_s = round(at - declared, 3) if at is not None else None
+
+
 def trials_for(seeds: list[int], *, min_outage_s: float, max_outage_s: float) -> list[Trial]:
     """One trial per seed: an outage of a seeded length in [min, max] seconds, then a seeded kill."""
     out = []
@@ -401,15 +475,17 @@ def run(
     plans = trials_for(list(range(seed, seed + trials)), min_outage_s=min_outage_s, max_outage_s=max_outage_s)
     results = []
     base = Path(tempfile.mkdtemp(prefix="primus-bench-faults-", dir=workdir))
-    total = len(plans) + int(file_changed)
+    total = len(plans) + int(file_changed) + 1  # the hung-executor trial runs last
     for i, plan in enumerate(plans):
         log.info("trial %d/%d", i + 1, total)
         results.append(run_trial(plan, base / f"trial-{i}"))
     changed: list[TrialResult] = []
     if file_changed:
-        log.info("trial %d/%d: a planned file rewritten", total, total)
+        log.info("trial %d/%d: a planned file rewritten", total - 1, total)
         changed.append(run_trial(Trial(seed=seed, change_file=True), base / "trial-file-changed"))
-    everything = results + changed
+    log.info("trial %d/%d: the only data executor hung", total, total)
+    hung = run_trial(Trial(seed=seed, hang=True), base / "trial-hung-executor")
+    everything = [*results, *changed, hung]
     recoveries = [r.recovery_s for r in results if r.recovery_s is not None]
     return {
         "trials": len(results),
@@ -439,6 +515,19 @@ def run(
                 "reasons": changed[0].quarantine_reasons,
             }
         ),
+        # The hung-executor trial, beside the seeded ones (``trials`` counts those): its own
+        # accounting; its losses, duplicates and crashes are in the totals above too.
+        "hung_executor": {
+            "rows_lost": hung.rows_lost,
+            "rows_duplicated": hung.rows_duplicated,
+            "trainer_crashes": hung.trainer_crashes,
+            "recovery_s": hung.recovery_s,
+            "hang_detected_s": hung.hang_detected_s,
+            "hang_timeout_s": HANG_TIMEOUT_S,
+            "history_left_at_hang": hung.history_left_at_hang,
+            "phase": hung.phase,
+            "elapsed_s": hung.elapsed_s,
+        },
     }
 
 

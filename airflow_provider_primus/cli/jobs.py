@@ -351,18 +351,23 @@ def _alive(pid: int | None) -> bool:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from airflow_provider_primus.master.store import JobNotFound
+    from airflow_provider_primus.master.store_health import read_note, stale_reason
     from airflow_provider_primus.spec.status import TERMINAL
 
+    store, name = _store(args), _job_name(args.job)
     try:
-        status = _store(args).get(_job_name(args.job)).status
+        status = store.get(name).status
     except JobNotFound as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     status.pop("data_progress", None)
+    stale = stale_reason(status, read_note(store, name), time.time())
     if args.json:
-        print(json.dumps(status, sort_keys=True))
+        print(json.dumps({**status, **({"stale": stale} if stale else {})}, sort_keys=True))
         return 0
     print(_line(status))
+    if stale:
+        print(f"  warning: {stale}")
     for name, ex in status.get("executors", {}).items():
         a = ex["handle"]["allotment"]
         t = ex.get("telemetry") or {}
@@ -372,6 +377,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"rss {t.get('rss', 0) // 2**20} MiB  "
             f"restarts {ex['restarts']}" + _enforcement(ex["handle"]["ref"])
         )
+        if ex.get("error"):
+            print(f"  {'':<12} last error: {ex['error']}")
     if status.get("message"):
         print(f"  message: {status['message']}")
     if (status.get("master") or {}).get("metrics") and status.get("phase") not in TERMINAL:

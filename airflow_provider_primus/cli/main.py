@@ -30,7 +30,7 @@ from airflow_provider_primus.cli import (
     validate,
     yarn,
 )
-from airflow_provider_primus.process import EXIT_FILE_ENV
+from airflow_provider_primus.process import EXIT_FILE_ENV, run_executor
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,10 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # a launcher re-runs itself per trainer
-    code: int = args.handler(args)
     exit_file = os.environ.get(EXIT_FILE_ENV)
     if exit_file:  # an executor launched by a master that may not be its parent when it ends
-        Path(exit_file).write_text(str(code))
+        return run_executor(lambda: int(args.handler(args)), Path(exit_file))
+    code: int = args.handler(args)
     return code
 
 

@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_primus.data.event_time import UNIT_NAMES, fitting_units
+from airflow_provider_primus.errors import TerminalError
 from airflow_provider_primus.spec.schema import SourceSchema, Transform
 
 __all__ = [
@@ -84,8 +85,9 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 _INT32_BUCKETS = 2**31 - 1
 
 
-class SchemaMismatchError(RuntimeError):
+class SchemaMismatchError(TerminalError):
     """The data does not fit the declared schema: a column is absent or of a type that cannot be used.
+    Terminal where it ends an executor: the same data fails the same way however often it is read.
 
     ``path`` is the file (``"<stream>"`` for stream events), so an operator can find the bad input.
     """

@@ -20,11 +20,21 @@ import yaml
 
 from airflow_provider_primus.gen.clicklog import World, generate_day
 
-__all__ = ["DEFAULT_BOOTSTRAP", "hash_buckets", "write_data_spec", "write_history", "write_history_to"]
+__all__ = [
+    "DEFAULT_BOOTSTRAP",
+    "STREAM_AHEAD_ALLOWANCE_S",
+    "hash_buckets",
+    "write_data_spec",
+    "write_history",
+    "write_history_to",
+]
 
 # A spec needs a Kafka address even when no stream is produced yet; this is the embedded broker's
 # usual one, to be edited (or the stream produced) before the spec is used.
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+# The stream source's event_time_policy.max_ahead_s: a live world's last day is today, so its newest
+# events lie up to a day ahead of the wall clock (the rest of today); the default hour would refuse them.
+STREAM_AHEAD_ALLOWANCE_S = 86_400.0
 
 
 def write_history(world: World, root: Path, on_day: Callable[[], None] | None = None) -> list[Path]:
@@ -161,6 +171,9 @@ def write_data_spec(
                     "value_format": "json",
                     "event_time_field": "ts",
                     "start": {"policy": "earliest"},
+                    # A live world's stream runs to the coming UTC midnight (gen.clicklog.live_start):
+                    # up to a day ahead of the wall clock, by design, not by a skewed clock.
+                    "event_time_policy": {"max_ahead_s": STREAM_AHEAD_ALLOWANCE_S},
                     "schema": _schema_section(world),
                 },
             ],

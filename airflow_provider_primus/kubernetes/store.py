@@ -425,6 +425,7 @@ class KubeJobStore:
 _WARNINGS = {
     "Failed",
     "ExecutorFailed",
+    "ExecutorHung",
     "ExecutorLost",
     "ExecutorAbandoned",
     "ReconcileError",

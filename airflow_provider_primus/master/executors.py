@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow_provider_primus.credentials import TOKEN_ENV
 from airflow_provider_primus.master.events import EventLog
-from airflow_provider_primus.process import EXIT_FILE_ENV
+from airflow_provider_primus.process import EXIT_FILE_ENV, EXIT_TERMINAL, error_file, read_error
 from airflow_provider_primus.resources.backend import Allotment, Backend, Handle, Observation
 from airflow_provider_primus.spec.job import PrimusJob, Role
 from airflow_provider_primus.spec.status import EventType, ExecutorState
@@ -51,6 +51,7 @@ class Executor:
     state: ExecutorState = RUNNING
     exit_code: int | None = None
     reason: str | None = None
+    error: str | None = None  # the exception it last ended on, one line (errors.one_line)
 
     @property
     def name(self) -> str:
@@ -74,6 +75,7 @@ class Executor:
             "state": self.state,
             "exit_code": self.exit_code,
             "reason": self.reason,
+            "error": self.error,
         }
 
     @classmethod
@@ -85,6 +87,7 @@ class Executor:
             ExecutorState(d["state"]),
             d.get("exit_code"),
             d.get("reason"),
+            d.get("error"),
         )
 
 
@@ -134,6 +137,23 @@ class Executors:
     def exit_file(self, ex: Executor) -> Path:
         return self.exit_dir / f"{ex.service_name}.exit"
 
+    def last_error(self, ex: Executor) -> str | None:
+        """The exception ``ex`` ended on, as it left it beside its exit code (a local or re-adopted
+        process), else as its last report said (a trainer in a pod, which has no file here)."""
+        return read_error(self.exit_file(ex)) or ex.error
+
+    def why(self, ex: Executor, obs: Observation) -> tuple[str, str]:
+        """Why ``ex`` ended: the backend's reason or the exit code, and that with the error it ended
+        on, for a message ("exited with code 1: OSError: [Errno 28] No space left on device")."""
+        why = obs.reason if obs.reason not in (None, "exited") else f"exited with code {obs.exit_code}"
+        ex.error = self.last_error(ex)
+        return why, f"{why}: {ex.error}" if ex.error else why
+
+    @staticmethod
+    def terminal(obs: Observation) -> bool:
+        """It ended on an error no restart can fix (``EXIT_TERMINAL``): the job fails at once."""
+        return obs.reason in (None, "exited") and obs.exit_code == EXIT_TERMINAL
+
     def adopt_all(self) -> list[Executor]:
         """Re-adopt what a previous master launched; returns the ones that ended meanwhile."""
         lost = []
@@ -181,6 +201,7 @@ class Executors:
         )
         exit_file = self.exit_file(ex)
         exit_file.unlink(missing_ok=True)
+        error_file(exit_file).unlink(missing_ok=True)
         env = {TOKEN_ENV: self.token, EXIT_FILE_ENV: str(exit_file)}
         if self.tls_dir is not None:
             env[TLS_DIR_ENV] = str(self.tls_dir)
@@ -215,11 +236,20 @@ class Executors:
             return False
         return stop is not None
 
-    def _terminate(self, handle: Handle) -> None:
+    def kill(self, ex: Executor) -> None:
+        """End a hung executor now, with no grace (SIGKILL; a pod deleted at once): it is not
+        serving, and a stopped process would only act on a polite stop once woken. Waited for, so
+        its replacement is launched under the same name only once it is gone."""
+        self._terminate(ex.handle, grace_s=0.0)
+
+    def _terminate(self, handle: Handle, grace_s: float | None = None) -> None:
         """A stop on its own thread: a failure is logged there (the executor may still run, and
         says so to the next observation), not lost as an unhandled thread exception."""
         try:
-            self.backend.terminate(handle)
+            if grace_s is None:
+                self.backend.terminate(handle)
+            else:
+                self.backend.terminate(handle, grace_s=grace_s)
         except Exception:
             log.exception("stopping %s", handle.name)
 
@@ -272,11 +302,23 @@ class Executors:
         if ended and obs.exit_code in (0, None) and ex.role == "data" and data_finished:
             ex.state = COMPLETED
             return Exit("completed")
-        why = obs.reason if obs.reason not in (None, "exited") else f"exited with code {obs.exit_code}"
+        reason, why = self.why(ex, obs)
         role = self.role(ex.role)
+        if self.terminal(obs):
+            ex.state = FAILED
+            self.events.emit(
+                EventType.EXECUTOR_FAILED,
+                f"{ex.name} failed ({why}); not restarted: retrying cannot fix this",
+                ex.name,
+                {"reason": reason, "error": ex.error, "terminal": True},
+            )
+            return Exit("failed", f"{ex.name} failed, not retried (no retry can fix it): {ex.error or why}")
         if ex.restarts < role.failover.max_restarts:
             self.events.emit(
-                EventType.EXECUTOR_FAILED, f"{ex.name} failed ({why}); restarting", ex.name, {"reason": why}
+                EventType.EXECUTOR_FAILED,
+                f"{ex.name} failed ({why}); restarting",
+                ex.name,
+                {"reason": reason, "error": ex.error},
             )
             self.launch(ex.role, ex.handle.index, ex.handle.allotment, previous=ex)
             return Exit("restarted")

@@ -28,8 +28,9 @@ from airflow_provider_primus.master.api import ApiServer, JobControl, create_app
 from airflow_provider_primus.master.commands import executor_command
 from airflow_provider_primus.master.dataservice import JobData
 from airflow_provider_primus.master.events import EventLog
-from airflow_provider_primus.master.executors import Executor, Executors
+from airflow_provider_primus.master.executors import RUNNING, Executor, Executors
 from airflow_provider_primus.master.jobs import job_paths, read_token
+from airflow_provider_primus.master.liveness import Liveness
 from airflow_provider_primus.master.metrics import JobMetrics, render
 from airflow_provider_primus.master.passes import PassFailures
 from airflow_provider_primus.master.publish import (
@@ -41,7 +42,8 @@ from airflow_provider_primus.master.publish import (
 )
 from airflow_provider_primus.master.savepoints import Savepoints
 from airflow_provider_primus.master.scaling import Scaling
-from airflow_provider_primus.master.store import JobNotFound, JobStore
+from airflow_provider_primus.master.store import JobNotFound, JobStore, SqliteJobStore
+from airflow_provider_primus.master.store_health import StoreHealth
 from airflow_provider_primus.master.telemetry import Telemetry
 from airflow_provider_primus.master.trainers import TrainerGroup
 from airflow_provider_primus.resources.backend import Allotment, Backend, BackendUnusableError, Observation
@@ -138,6 +140,8 @@ class Master:
             advertise=advertised_host(host),
         ).start()
         self.restarted = bool(master)
+        # Executors a previous master launched were seen by it: their hang clock starts now.
+        self.liveness = Liveness(self.job, adopted=self.executors.live())
         for ex in self.executors.adopt_all():
             self._settle(ex, self.executors.lost_while_away(ex))
         verb = "restarted" if self.restarted else "started"
@@ -190,13 +194,15 @@ class Master:
         self.wake.set()
 
     def run(self) -> str:
-        failing = PassFailures()
+        failing, health = PassFailures(), StoreHealth(self.store, self.name)
         try:
             while not self.phase.terminal:
                 self.wake.clear()
                 try:
                     self.reconcile()
                     failing.clear()
+                    if (stale := health.recovered()) is not None:
+                        self._recovered(*stale)
                 except JobNotFound:  # the job object was deleted (Kubernetes: a cancel): stop it all
                     self.phase, self.message = Phase.STOPPED, "the job object was deleted"
                     log.info("job %s deleted: stopping its executors", self.name)
@@ -207,6 +213,7 @@ class Master:
                     break
                 except Exception as exc:  # one bad pass must not take a long-running job down
                     log.exception("reconcile pass failed")
+                    health.failed(exc)  # readers say the status is stale, and why
                     if failing.add():
                         self._fail(f"{failing.summary()}; last: {exc!r}")
                         break
@@ -221,6 +228,14 @@ class Master:
             self.close()
         return self.phase
 
+    def _recovered(self, held_s: float, failures: int) -> None:
+        """Passes succeed again: the stored status is current once more; say how long it was not."""
+        message = f"the job's status is current again after {failures} failed pass(es) over {held_s:.0f} s"
+        try:
+            self.events.emit(EventType.STORE_RECOVERED, message)
+        except Exception:
+            log.exception("recording the recovery")
+
     def reconcile(self) -> None:
         started = time.perf_counter()
         try:
@@ -229,12 +244,16 @@ class Master:
             self.pass_times.append(time.perf_counter() - started)
 
     def _reconcile(self) -> None:
+        for notice in self.store.take_notices() if isinstance(self.store, SqliteJobStore) else []:
+            self.events.emit(EventType.STORE_RECREATED, notice)
         self.events.flush()
         self._apply_desired(self.store.get(self.name).desired)
         if not self.phase.terminal:
             ended = self.telemetry.observe(self.executors.live(), self.backend, self.server, self._reported)
             for ex, obs in ended:
                 self._settle(ex, obs)
+        if not self.phase.terminal and not self.suspended:
+            self._replace_hung()
         if not self.phase.terminal:
             self.savepoints.send(self.executors.running("trainer"), self.server.send_command)
         self.jobdata.report_quarantine()
@@ -277,7 +296,10 @@ class Master:
         self.savepoints.record(desired.get("savepoints", []))
 
     def _reported(self, ex: Executor, report: Mapping[str, Any]) -> None:
-        """A trainer's report: the savepoints it covered and the job events it raised."""
+        """A trainer's report: the savepoints it covered, the job events it raised and, in the last
+        report of one that failed, the error it failed on."""
+        if report.get("error"):
+            ex.error = str(report["error"])
         self.savepoints.reported(report)
         self.events.from_trainer(
             ex.name, ex.service_name, report, self.applied.setdefault("trainer_events", {})
@@ -294,6 +316,33 @@ class Master:
             self.scaling.replicas[ex.role] = outcome.replicas
         elif outcome.kind == "failed":
             self._fail(outcome.message)
+
+    def _replace_hung(self) -> None:
+        """Running but not progressing (master/liveness.py): say so, fence the incarnation out of
+        the data service, kill it and let its role's failover restart it (the hang counts against
+        ``max_restarts``: one that hangs every time fails the job, saying so)."""
+        dispatcher = self.dispatcher
+        for ex in self.executors.all.values():  # every replaced incarnation stays refused, also
+            dispatcher.fence(ex.name, ex.incarnation)  # across a rewind or a master restart
+        hung = self.liveness.check(
+            self.executors.running(),
+            dispatcher.liveness(),
+            self.server.take_reports(),
+            work_waiting=dispatcher.work_waiting(),
+        )
+        for hang in hung:
+            ex = hang.executor
+            if ex.state != RUNNING:  # settled meanwhile (a group restart stopped it)
+                continue
+            self.events.emit(
+                EventType.EXECUTOR_HUNG,
+                f"{ex.name} hung: {hang.why}; replacing it",
+                ex.name,
+                {"reason": hang.why, "silent_s": round(hang.silent_s, 1), "incarnation": ex.incarnation},
+            )
+            dispatcher.fence(ex.name, ex.incarnation + 1)
+            self.executors.kill(ex)
+            self._settle(ex, Observation(ex.name, time.monotonic(), False, reason=f"hung: {hang.why}"))
 
     def _check_done(self) -> None:
         if self.trainers.finished():

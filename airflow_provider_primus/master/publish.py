@@ -22,6 +22,7 @@ from airflow_provider_primus.master.history import StatusHistory, default_every_
 from airflow_provider_primus.master.savepoints import Savepoints
 from airflow_provider_primus.master.scaling import Scaling
 from airflow_provider_primus.master.store import JobStore, modify
+from airflow_provider_primus.master.store_health import HEARTBEAT_S
 from airflow_provider_primus.master.telemetry import Telemetry, usage
 from airflow_provider_primus.spec.status import TERMINAL, JobStatus, Phase
 
@@ -52,9 +53,6 @@ def refuse_second_master(job: str, master: Mapping[str, Any]) -> None:
         return
     if same:
         raise MasterError(f"job {job!r} already has a running master (pid {pid})")
-
-
-HEARTBEAT_S = 10.0  # an unchanged status is rewritten this often (liveness for readers)
 
 
 class StatusPublisher:

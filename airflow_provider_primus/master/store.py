@@ -8,11 +8,18 @@ concurrency, so two writers never silently overwrite each other). Events are an 
 
 ``JobStore`` is the interface; ``SqliteJobStore`` keeps it in one SQLite file under PRIMUS_HOME,
 shared safely by the master, the CLI and Airflow workers (WAL mode, short transactions).
+
+A store file deleted (or replaced) under running users is noticed at their next access: a
+connection keeps working on the unlinked file, where nobody else can read what it writes. The first
+user to notice copies every job and event the old file held (its open connection still reads it)
+into the file now at the path, and says so (``take_notices``); the master turns that into an event.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
 import threading
 import time
@@ -28,6 +35,8 @@ from airflow_provider_primus.spec.status import JobStatus
 
 if TYPE_CHECKING:
     from airflow_provider_primus.tls import JobCa
+
+log = logging.getLogger(__name__)
 
 
 class JobNotFound(KeyError):
@@ -173,15 +182,58 @@ class SqliteJobStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.poll_s = poll_s
         self._local = threading.local()
+        self._notices: list[str] = []
+        self._recreated: set[tuple[int, int] | None] = set()
+        self._notices_lock = threading.Lock()
         self._db().executescript(_SCHEMA)  # idempotent; executescript manages its own transaction
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return (st.st_dev, st.st_ino)
 
     def _db(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is not None and self._identity() != self._local.identity:
+            db = self._replaced(db)
         if db is None:
+            if not self.path.exists():  # a deleted store's journal files must not join a new file
+                for suffix in ("-wal", "-shm"):
+                    Path(f"{self.path}{suffix}").unlink(missing_ok=True)
             db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            self._local.db = db
+            self._local.db, self._local.identity = db, self._identity()
+        return db
+
+    def _replaced(self, old: sqlite3.Connection) -> sqlite3.Connection:
+        """The file this thread's connection writes was deleted or replaced: carry what it holds over
+        to the file at the path. The old connection stays open until ``close``: closing the last one
+        of a deleted WAL database removes ``<path>-wal`` by name, which may by then be the new file's."""
+        jobs = old.execute("SELECT * FROM jobs").fetchall()
+        events = old.execute("SELECT seq, job, t, type, executor, message, data FROM events").fetchall()
+        retired: list[sqlite3.Connection] = getattr(self._local, "retired", [])
+        self._local.retired, self._local.db = [*retired, old], None
+        gone = "deleted" if self._identity() is None else "replaced"
+        db = self._db()
+        db.executescript(_SCHEMA)
+        with self._tx() as tx:
+            before = tx.total_changes
+            tx.executemany("INSERT OR IGNORE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?)", jobs)
+            tx.executemany("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", events)
+            copied = tx.total_changes - before
+        notice = (
+            f"the job store {self.path} was {gone} while in use; recreated it from an open copy "
+            f"({len(jobs)} job(s), {len(events)} event(s); {copied} row(s) were missing from it)"
+        )
+        with self._notices_lock:  # one notice per new file, however many threads found it
+            if self._local.identity in self._recreated:
+                return db
+            self._recreated.add(self._local.identity)
+            self._notices.append(notice)
+        log.warning("%s", notice)
         return db
 
     @contextmanager
@@ -256,12 +308,22 @@ class SqliteJobStore:
     def provision(self, name: str, token: str, stored: Mapping[str, Any], *, ca: JobCa | None = None) -> None:
         """Nothing: a local job's token and CA files and documents are on this machine already."""
 
+    def take_notices(self) -> list[str]:
+        """What happened to the store file since the last call (a deletion it recovered from)."""
+        with self._notices_lock:
+            notices, self._notices = self._notices, []
+        return notices
+
     def close(self) -> None:
-        """Close this thread's connection (each thread that used the store has its own)."""
+        """Close this thread's connection (each thread that used the store has its own), then the
+        ones left on a deleted file."""
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is not None:
             db.close()
             self._local.db = None
+        for old in getattr(self._local, "retired", []):
+            old.close()
+        self._local.retired = []
 
     def delete(self, name: str) -> None:
         with self._tx() as db:

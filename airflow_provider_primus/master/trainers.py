@@ -100,18 +100,20 @@ class TrainerGroup:
         if ended and obs.exit_code == 0:
             return None
         role = self.executors.role("trainer")
+        if self.executors.terminal(obs):
+            return None  # no restart can help: the executors' rules fail the job with its error
         if self.size <= 1 or ex.restarts >= role.failover.max_restarts or self._trainers(COMPLETED):
             return None  # a lone trainer restarts by itself; an exhausted budget fails the job
         # Whether or not the others still run (a master restarted may find them stopping, or gone):
         # the one that failed is never started alone into a group that is no longer whole.
         others = [e for e in self._trainers(RUNNING) if e is not ex]
         ex.exit_code, ex.reason, ex.state = obs.exit_code, obs.reason, REMOVED
-        why = obs.reason if obs.reason not in (None, "exited") else f"exited with code {obs.exit_code}"
+        reason, why = self.executors.why(ex, obs)
         self.events.emit(
             EventType.EXECUTOR_FAILED,
             f"{ex.name} failed ({why}); restarting the trainer group from its checkpoint",
             ex.name,
-            {"reason": why},
+            {"reason": reason, "error": ex.error},
         )
         self._restarts[ex.handle.index] = ex.restarts + 1
         self._stop_rest(others)

@@ -34,6 +34,7 @@ from airflow_provider_primus.master.store import (
     SqliteJobStore,
     default_store_path,
 )
+from airflow_provider_primus.master.store_health import read_note, stale_reason
 from airflow_provider_primus.plugins import html, views
 from airflow_provider_primus.plugins.auth import airflow_access_dependency, login_url
 from airflow_provider_primus.plugins.history import History, Sampler
@@ -165,14 +166,16 @@ def create_app(
         points = history.observe(record)
         events = history.events(store, record)
         baselines = [(b, history.observe(b)) for b in store.find({BASELINE_LABEL: record.name})]
+        now = time.time()
         html = views.job_page(
             record,
             events,
             points,
             base=_base(request),
-            now=time.time(),
+            now=now,
             sample_s=sample_s,
             baselines=baselines,
+            stale=stale_reason(record.status, read_note(store, name), now),
         )
         return HTMLResponse(html)
 
@@ -183,8 +186,11 @@ def create_app(
 
     @app.get("/api/jobs/{name}", dependencies=auth)
     def api_job(name: str) -> dict[str, Any]:
-        _, record = record_or_404(name)
+        store, record = record_or_404(name)
         history.observe(record)
-        return {k: v for k, v in record.status.items() if k != "data_progress"}
+        view = {k: v for k, v in record.status.items() if k != "data_progress"}
+        if stale := stale_reason(record.status, read_note(store, name), time.time()):
+            view["stale"] = stale
+        return view
 
     return app

@@ -31,6 +31,7 @@ th, td { border-bottom: 1px solid var(--line); padding: 4px 8px; text-align: lef
 th { background: var(--head); font-weight: 600; white-space: nowrap; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .muted, .note { color: var(--muted); } .note { font-size: 12px; }
+.stale { border-left: 4px solid var(--bad); padding: 4px 8px; background: var(--head); }
 .badge { display: inline-block; padding: 0 8px; border-radius: 10px; color: #fff; font-size: 12px;
   background: var(--wait); }
 .phase-Running { background: var(--run); } .phase-Succeeded { background: var(--ok); }

@@ -457,7 +457,9 @@ def job_page(
     now: float,
     sample_s: float | None = None,
     baselines: Sequence[tuple[JobRecord, Sequence[Point]]] = (),
+    stale: str | None = None,
 ) -> str:
+    """``stale``: why the stored status is not current (store_health.stale_reason), shown above it."""
     s = record.status
     master = as_map(s.get("master"))
     replicas = as_map(s.get("replicas"))
@@ -489,7 +491,8 @@ def job_page(
         )
     header = (
         f"<h1>{e(record.name)} {phase_badge(s)}</h1>"
-        f"<p class='note'><a href=\"{e(base)}/api/jobs/{e(quote(record.name, safe=''))}\">"
+        + (f"<p class='stale' role='alert'><strong>Warning:</strong> {e(stale)}</p>" if stale else "")
+        + f"<p class='note'><a href=\"{e(base)}/api/jobs/{e(quote(record.name, safe=''))}\">"
         "status as JSON</a></p>"
         "<dl class='kv'>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
     )

@@ -218,9 +218,11 @@ class LocalBackend:
                     ex.reason = "terminated"
                 self._deactivate(ex)  # no throttle may stop it again from here on
             popen = ex.popen if ex is not None else None
-        # SIGCONT after SIGTERM: a stopped process only acts on the SIGTERM once continued.
-        procfs.signal_group(pid, start, signal.SIGTERM, signal.SIGCONT)
-        if not _wait_gone(pid, start, popen, grace_s):
+        # SIGCONT after SIGTERM: a stopped process only acts on the SIGTERM once continued. No grace
+        # (a hung executor): SIGKILL alone, which ends a stopped process without waking it first.
+        if grace_s > 0:
+            procfs.signal_group(pid, start, signal.SIGTERM, signal.SIGCONT)
+        if grace_s <= 0 or not _wait_gone(pid, start, popen, grace_s):
             procfs.signal_group(pid, start, signal.SIGKILL)
             _wait_gone(pid, start, popen, 5.0)
         procfs.signal_group(pid, start, signal.SIGKILL)  # group members that outlived their leader

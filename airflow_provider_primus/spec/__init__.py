@@ -17,10 +17,18 @@ from airflow_provider_primus.spec.data import (
 from airflow_provider_primus.spec.errors import SpecError, SpecIssue
 from airflow_provider_primus.spec.loader import data_spec_json_schema, load_data_spec, read_document
 from airflow_provider_primus.spec.schema import Label, SourceSchema, Transform
-from airflow_provider_primus.spec.sources import FileSource, KafkaSource, MissingPolicy, Source, StartPolicy
+from airflow_provider_primus.spec.sources import (
+    EventTimePolicy,
+    FileSource,
+    KafkaSource,
+    MissingPolicy,
+    Source,
+    StartPolicy,
+)
 
 __all__ = [
     "API_VERSION",
+    "EventTimePolicy",
     "FileSource",
     "KafkaSource",
     "Label",

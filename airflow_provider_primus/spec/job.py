@@ -201,12 +201,28 @@ class Resources(StrictModel):
         return (m.min if m.min is not None else self.memory, m.max if m.max is not None else self.memory)
 
 
+# How long an executor may show no progress before it is declared hung (seconds), when its role's
+# ``failover.hang_timeout_s`` leaves it out: a data executor heartbeats every second and asks for work
+# within milliseconds of running out, so 30 s of silence is no hiccup; a trainer reports every 0.5 s
+# from its own thread, also during a step, but a checkpoint write or a first compile may hold it
+# longer, so it gets 60 s. The longest allowed is a day: anything longer is a unit mix-up.
+HANG_TIMEOUT_S: dict[str, float] = {"data": 30.0, "trainer": 60.0, "evaluator": 60.0}
+HangTimeout = Annotated[float, Strict(), Field(ge=1, le=86_400, allow_inf_nan=False)]
+
+
 class Failover(StrictModel):
     """A failed executor is restarted up to ``max_restarts`` times; then the job fails, or (``continue``)
-    goes on without it while at least ``replicas.min`` executors of the role remain."""
+    goes on without it while at least ``replicas.min`` executors of the role remain. An executor
+    that shows no progress for ``hang_timeout_s`` seconds (default: 30 for data executors, 60 for
+    trainers and evaluators) is hung: it is killed and restarted under the same budget."""
 
     max_restarts: NonNegativeInt = 3
     on_exhausted: Literal["fail", "continue"] = "fail"
+    hang_timeout_s: HangTimeout | None = None
+
+    def hang_timeout(self, role: str) -> float:
+        """The hang timeout in force for ``role``: the one set, else the role's default."""
+        return self.hang_timeout_s if self.hang_timeout_s is not None else HANG_TIMEOUT_S[role]
 
 
 class Role(StrictModel):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import string
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 from urllib.parse import unquote
 
@@ -182,6 +182,40 @@ class FileSource(StrictModel):
         return self.schema_.columns()
 
 
+# How far ahead of the wall clock a stream event may be stamped: producers' clocks drift by seconds to
+# minutes, an hour covers a wrong time zone; beyond it the stamp is wrong, not early.
+DEFAULT_MAX_AHEAD_S = 3600.0
+MAX_AHEAD_S_LIMIT = 366 * 86_400.0  # a year: more is not clock skew, it is a disabled check
+# The floor: no stream of today holds events from before 2000; 0 (1970) is the usual stand-in for a
+# missing or mis-scaled stamp.
+DEFAULT_MIN_EVENT_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+class EventTimePolicy(StrictModel):
+    """Which stream event times are believed, and what becomes of the others.
+
+    One event stamped decades ahead would otherwise become the watermark for the rest of the job
+    (the watermark is the newest event time trained), breaking freshness, the guard and every window
+    after it. An event more than ``max_ahead_s`` ahead of the wall clock when it is decoded, or before
+    ``min_event_time``, is out of policy: ``dead_letter`` (the default) sends it to the dead-letter
+    topic with the reason, like a malformed message; ``clamp`` trains it with its time moved to the
+    nearest bound (now + ``max_ahead_s``, or ``min_event_time``)."""
+
+    max_ahead_s: Annotated[float, Strict(), Field(gt=0, le=MAX_AHEAD_S_LIMIT, allow_inf_nan=False)] = (
+        DEFAULT_MAX_AHEAD_S
+    )
+    min_event_time: UtcDatetime = DEFAULT_MIN_EVENT_TIME
+    action: Literal["dead_letter", "clamp"] = "dead_letter"
+
+    @property
+    def min_event_time_ms(self) -> int:
+        return int(self.min_event_time.timestamp() * 1000)
+
+    @property
+    def max_ahead_ms(self) -> int:
+        return int(self.max_ahead_s * 1000)
+
+
 class KafkaSource(StrictModel):
     """A topic read as a stream; its event-time field drives watermarks and freshness."""
 
@@ -208,6 +242,9 @@ class KafkaSource(StrictModel):
     security: KafkaSecurity | None = None
     connection: NonEmptyStr | None = None
     client_id: NonEmptyStr | None = None  # default: primus-<role>-<source>, per client
+    # Which event times are believed (not too far ahead of now, not before a floor), and whether the
+    # others are dead-lettered or clamped: the watermark only moves with believed ones.
+    event_time_policy: EventTimePolicy = Field(default_factory=EventTimePolicy)
     schema_: SourceSchema = Field(alias="schema")
 
     @field_validator("bootstrap_servers")

@@ -100,6 +100,7 @@ class ExecutorStatus(_Status):
     state: ExecutorState = ExecutorState.RUNNING
     exit_code: int | None = None
     reason: str | None = None
+    error: str | None = None  # the exception it last ended on, one line
     telemetry: Usage | None = None
 
 
@@ -199,6 +200,7 @@ class EventType(StrEnum):
     EXECUTOR_ADOPTED = "ExecutorAdopted"
     EXECUTOR_LOST = "ExecutorLost"
     EXECUTOR_FAILED = "ExecutorFailed"
+    EXECUTOR_HUNG = "ExecutorHung"  # alive but no progress for its hang timeout: killed and replaced
     EXECUTOR_ABANDONED = "ExecutorAbandoned"
     EXECUTOR_STOPPING = "ExecutorStopping"
     EXECUTOR_REMOVED = "ExecutorRemoved"
@@ -230,6 +232,8 @@ class EventType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     RECONCILE_ERROR = "ReconcileError"
+    STORE_RECREATED = "StoreRecreated"  # the local job store's file vanished; recreated from a copy
+    STORE_RECOVERED = "StoreRecovered"  # the job store is written again after failing passes
 
 
 class _Payload(_Status):
@@ -249,7 +253,20 @@ class LaunchPayload(_Payload):
 
 
 class ExecutorEndPayload(_Payload):
+    """``error``: the exception it ended on, one line; ``terminal``: no restart can fix it (the job
+    failed at once)."""
+
     reason: str | None = None
+    error: str | None = None
+    terminal: bool | None = None
+
+
+class HangPayload(_Payload):
+    """A hung executor: why (``no heartbeat for 30 s``), how long it was silent, its incarnation."""
+
+    reason: str
+    silent_s: float
+    incarnation: int
 
 
 class MemoryPayload(_Payload):
@@ -350,6 +367,7 @@ _PAYLOADS: dict[EventType, type[_Payload]] = {
     EventType.EXECUTOR_LAUNCHED: LaunchPayload,
     EventType.EXECUTOR_FAILED: ExecutorEndPayload,
     EventType.EXECUTOR_LOST: ExecutorEndPayload,
+    EventType.EXECUTOR_HUNG: HangPayload,
     EventType.MEMORY_PRESSURE: MemoryPayload,
     EventType.MEMORY_LIMIT: MemoryPayload,
     EventType.SCALE_DECISION: ScalePayload,

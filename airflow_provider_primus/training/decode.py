@@ -9,6 +9,8 @@ own block a slow pass but never the stream.
 A malformed message (not JSON, not an object, a missing or null label, a missing ID or event time,
 a value of the wrong type, a value the transforms cannot use; the rules are in ``screen.py``) is
 counted and forwarded to the dead-letter topic (``deadletters.py``) with the reason in its headers.
+So is an event whose time the source's ``event_time_policy`` does not believe (``event_policy.py``:
+too far ahead of now, before the floor), unless the policy clamps it instead.
 The fast path cannot coerce a value past those rules: its block falls back to the per-message path
 whenever a column's type is not one the rules allow.
 """
@@ -17,18 +19,24 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
+import torch
 
+from airflow_provider_primus.data.event_time import iso
 from airflow_provider_primus.data.tensors import TensorBatch, to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer, MissingLabelError, SchemaMismatchError
 from airflow_provider_primus.spec.sources import KafkaSource
 from airflow_provider_primus.training.deadletters import DeadLetters
+from airflow_provider_primus.training.event_policy import EventTimeScreen
 from airflow_provider_primus.training.screen import EventRules
+
+log = logging.getLogger(__name__)
 
 __all__ = ["StreamDecoder"]
 
@@ -49,16 +57,23 @@ class StreamDecoder:
         # What an event must hold to be trained (label, IDs, event time, value types).
         self._rules = EventRules(source.schema_)
         self._dead_letters = dead_letters
+        # Event times not believed (too far ahead of now, before the floor): dead-lettered or clamped.
+        self._times = EventTimeScreen(source.event_time_policy)
+        self.clamped = 0  # event times moved to a bound under ``action: clamp``
         self._block_pending: list[TensorBatch] = []
         self._block_malformed: list[int] = []
+        self._block_records: Sequence[Any] = ()
+        self._by_offset: dict[int, Any] | None = None
 
     def decode_block(self, partition: int, records: Sequence[Any]) -> tuple[list[TensorBatch], list[int]]:
         """Decode one partition's fetched records (on the decode thread, without the lock): the
         batches to train and the offsets dead-lettered."""
         self._block_pending = []
         self._block_malformed = []
+        self._block_records, self._by_offset = records, None
         self._decode(partition, records)
-        return self._block_pending, self._block_malformed
+        # In offset order whichever check found them: training passes them in that order.
+        return self._block_pending, sorted(self._block_malformed)
 
     def _decode(self, partition: int, records: Sequence[Any]) -> int:
         values = [r.value if r.value is not None else b"" for r in records]
@@ -113,8 +128,41 @@ class StreamDecoder:
         batch = to_tensors(transformed, sparse=self.sparse, dense=self.dense, extra=self.passthrough)
         batch.origin = f"{self.source.topic}/{partition}"
         batch.positions = offsets
-        self._block_pending.append(batch)
+        batch = self._police_event_times(partition, batch)
+        if len(batch):
+            self._block_pending.append(batch)
         return len(batch)
+
+    def _police_event_times(self, partition: int, batch: TensorBatch) -> TensorBatch:
+        """The batch with its out-of-policy event times dead-lettered (their rows removed) or clamped."""
+        if batch.event_time_ms is None or not len(batch) or batch.positions is None:
+            return batch
+        times = batch.event_time_ms.numpy()
+        judged = self._times.judge(times)
+        if not judged.count:
+            return batch
+        if self._times.clamps:
+            batch.event_time_ms = torch.from_numpy(self._times.clamp(times, judged))
+            self.clamped += judged.count
+            log.warning(
+                "stream %s: %d event time(s) of %s/%d out of event_time_policy clamped to %s .. %s",
+                self.source.name,
+                judged.count,
+                self.source.topic,
+                partition,
+                iso(judged.floor_ms),
+                iso(judged.upper_ms),
+            )
+            return batch
+        for i in np.flatnonzero(judged.out):
+            record = self._record_at(int(batch.positions[i]))
+            self._dead_letter(partition, record, self._times.reason(int(times[i]), judged))
+        return batch.rows(np.flatnonzero(~judged.out).astype(np.int64))
+
+    def _record_at(self, offset: int) -> Any:
+        if self._by_offset is None:
+            self._by_offset = {r.offset: r for r in self._block_records}
+        return self._by_offset[offset]
 
     def _fast_table(self, values: list[bytes]) -> pa.Table | None:
         """The block as one newline-delimited JSON document, or None when it needs a closer look.

@@ -6,8 +6,9 @@ rebalancing): the trainer, not the broker, owns the position.
 
 A broker that goes away is waited for, with backoff, for as long as it takes: connection errors and
 timeouts mark the stream unavailable (other sources train on) and the fetch position is kept, so
-nothing is skipped or read twice when it returns. A position that is gone, or a log replaced under
-the topic's name, goes to the source's ``offset_reset`` policy (``offsets.py``).
+nothing is skipped or read twice when it returns. A position that is gone (the broker says out of
+range, or that its log was truncated below it), or a log replaced under the topic's name, goes to the
+source's ``offset_reset`` policy (``offsets.py``) here, in the fetch thread.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kafka import TopicPartition
-from kafka.errors import OffsetOutOfRangeError
+from kafka.errors import LogTruncationError, OffsetOutOfRangeError
 
 from airflow_provider_primus.data.sources.kafka_client import permanent_failure
 from airflow_provider_primus.spec.sources import KafkaSource
@@ -94,6 +95,8 @@ class Fetcher:
                         break
                 except OffsetOutOfRangeError as exc:
                     self._out_of_range(exc, polled)
+                except LogTruncationError as exc:
+                    self._truncated(exc, polled)
                 except Exception as exc:
                     refused = permanent_failure(self.source, exc)
                     if refused is not None:  # a wrong password is not an outage to wait out
@@ -277,6 +280,29 @@ class Fetcher:
             position = int(lost.get(tp, polled.get(tp.partition, 0)))
             lo, hi = int(first[tp]), int(last[tp])
             why = lost_reason(position, lo)
+            self._seek(tp, self._reset(tp.partition, position, lo, hi, why, same_log=True), polled)
+
+    def _truncated(self, exc: LogTruncationError, polled: dict[int, int]) -> None:
+        """The broker says its log was cut back below a fetch position (its data wiped, the topic
+        deleted and created again, an unclean leader election): the records there are gone, or are
+        other ones. A log replaced under the name goes by its new identity; otherwise it is a
+        position that is gone, and the policy applies here, in the fetch thread."""
+        if self._log_replaced(polled):
+            return
+        state = self._state
+        divergent: Mapping[Any, Any] = getattr(exc, "divergent_offsets", None) or {}
+        tps = [tp for tp in state.tps if tp in divergent] or list(state.tps)
+        first = self.consumer.beginning_offsets(tps)
+        last = self.consumer.end_offsets(tps)
+        for tp in tps:
+            position, lo, hi = int(polled.get(tp.partition, 0)), int(first[tp]), int(last[tp])
+            at = divergent.get(tp)
+            if at is not None and position <= int(at.offset):
+                # Reported for a position already left (a validation still in flight when the policy
+                # moved it): nothing before it is gone. The seek clears the consumer's validation.
+                self.consumer.seek(tp, position)
+                continue
+            why = "the log was truncated below it" + (f" (at offset {at.offset})" if at is not None else "")
             self._seek(tp, self._reset(tp.partition, position, lo, hi, why, same_log=True), polled)
 
     def _log_replaced(self, polled: dict[int, int]) -> bool:

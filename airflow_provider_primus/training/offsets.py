@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow_provider_primus.data.sources.kafka import resolve_offsets
 from airflow_provider_primus.data.sources.kafka_client import consumer
+from airflow_provider_primus.errors import TerminalError
 from airflow_provider_primus.spec.sources import KafkaSource
 from airflow_provider_primus.training.reconnect import RECONNECT_BACKOFF_MAX_MS, REQUEST_TIMEOUT_MS
 
@@ -29,9 +30,10 @@ __all__ = [
 ]
 
 
-class StreamOffsetLost(RuntimeError):
+class StreamOffsetLost(TerminalError):
     """A position to resume from is not in the partition any more and the source's
-    ``offset_reset`` policy is ``fail``."""
+    ``offset_reset`` policy is ``fail``. Terminal: a restarted trainer resumes at the same lost
+    position, so only a change of the policy (or of the checkpoint) can go on."""
 
 
 def new_consumer(source: KafkaSource, max_poll_records: int) -> Any:

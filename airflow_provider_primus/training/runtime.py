@@ -31,6 +31,8 @@ import yaml
 from airflow_provider_primus.data.service.auth import advertised_host, bind_host
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.errors import one_line
+from airflow_provider_primus.process import ERROR_LIMIT
 from airflow_provider_primus.resources.allotment import AllotmentWatcher
 from airflow_provider_primus.spec.data import PrimusData
 from airflow_provider_primus.spec.status import EventType
@@ -45,6 +47,7 @@ from airflow_provider_primus.spec.training import (
 from airflow_provider_primus.training.clock import ClockSwitch, TrainingClock
 from airflow_provider_primus.training.control import LocalStep, StepControl
 from airflow_provider_primus.training.distributed import Group
+from airflow_provider_primus.training.event_policy import sane_watermark, watermark_allowance_s
 from airflow_provider_primus.training.feed_setup import open_feeds, open_replay, participants
 from airflow_provider_primus.training.feeds import Feed, StreamFeed
 from airflow_provider_primus.training.gpu import (
@@ -314,6 +317,8 @@ class Trainer:
             self.scores.load_state_dict(mine["scores"])
             self.freshness.load_state_dict(mine["freshness"])
             self.metrics.load_state_dict(mine["metrics"])
+            allowance = watermark_allowance_s(s.event_time_policy for s in kafka_sources(self.data))
+            self.metrics.watermark_ms = sane_watermark(self.metrics.watermark_ms, allowance)
         self.clock.load_state_dict(mine.get("clock"))  # absent: written before ``clock: auto``
         self._mixer_state = mine["mixer"]
         names = {n for r in ranks for n, f in r["feeds"].items() if f is not None and "progress" in f}
@@ -399,6 +404,10 @@ class Trainer:
                     return self._regrouped(elapsed_before, started)
             self.metrics.elapsed_s = elapsed_before + (time.monotonic() - started)
             return self._finish(policy)
+        except Exception as exc:
+            if self.reporter is not None:  # the last report says why: a master that sees no file (a pod)
+                self.reporter.extra["error"] = one_line(exc, ERROR_LIMIT)
+            raise
         finally:
             self.close()
 

@@ -113,6 +113,11 @@ class StreamSource:
         """Records skipped by an offset_reset policy (never silently)."""
         return self._state.skipped_records
 
+    @property
+    def event_times_clamped(self) -> int:
+        """Event times moved to a bound of the source's ``event_time_policy`` (``action: clamp``)."""
+        return self._decoder.clamped
+
     def resume_counts(self, *, dead_lettered: int, skipped_records: int) -> None:
         """Add a checkpoint's counts. Added, not set: the fetch thread is already running and may
         have counted an offset reset of its own since it started."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_primus.bench.faults import Trial, run_trial
+from airflow_provider_primus.bench.faults import HANG_TIMEOUT_S, Trial, run_trial
 from airflow_provider_primus.cli.main import main
 
 pytestmark = pytest.mark.timeout(420)
@@ -30,6 +30,16 @@ def test_a_broker_outage_loses_nothing_and_history_trains_through_it(
     assert result.recovery_s is not None
 
 
+def test_a_hung_only_data_executor_is_replaced_and_loses_nothing(tmp_path: Path) -> None:
+    result = run_trial(Trial(seed=5, hang=True), tmp_path)
+    assert result.rows_trained == result.history_rows + result.stream_rows
+    assert (result.rows_lost, result.rows_duplicated, result.trainer_crashes) == (0, 0, 0)
+    # Stopped with history left; declared hung no sooner than its timeout, and history trained again.
+    assert result.history_left_at_hang > 0
+    assert result.hang_detected_s is not None and result.hang_detected_s >= HANG_TIMEOUT_S
+    assert result.recovery_s is not None
+
+
 def test_bench_faults_prints_one_json_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", "faults", "--trials", "1", "--seed", "3", "--min-outage-s", "2", "--max-outage-s", "2"]
     assert main([*args, "--workdir", str(tmp_path)]) == 0
@@ -44,6 +54,9 @@ def test_bench_faults_prints_one_json_line(tmp_path: Path, capsys: pytest.Captur
     changed = result["file_changed"]
     assert changed["tasks_quarantined"] == 1 and changed["rows_unplanned"] == 0
     assert "changed after planning" in changed["reasons"][0]
+    hung = result["hung_executor"]
+    assert (hung["rows_lost"], hung["rows_duplicated"], hung["trainer_crashes"]) == (0, 0, 0)
+    assert hung["recovery_s"] is not None and hung["hang_detected_s"] >= hung["hang_timeout_s"]
 
 
 def test_bench_faults_refuses_an_inverted_outage_range(capsys: pytest.CaptureFixture[str]) -> None:

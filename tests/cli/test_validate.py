@@ -51,7 +51,8 @@ def test_a_template_leaving_its_uri_is_refused(tmp_path: Path, capsys: pytest.Ca
     path.write_text(yaml.safe_dump(doc))
     assert main(["validate", str(path)]) == 2
     assert capsys.readouterr().err.splitlines()[1:] == [
-        "spec.sources[0].path_template: must stay inside uri: a '..' segment would leave it"
+        "spec.sources[0].path_template: must stay inside uri: "
+        "a '..' segment (or its percent-encoding) would leave it"
     ]
 
 

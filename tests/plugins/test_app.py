@@ -613,3 +613,21 @@ def test_a_restarted_api_server_draws_the_history_the_master_kept(
         fresh = create_app(store_path, sample_s=None)
         with TestClient(fresh, headers={"Authorization": f"Bearer {viewer_token}"}) as c:
             assert "4 points so far" in c.get("/jobs/movielens").text  # 3 kept + the status now
+
+
+def test_the_job_page_says_when_the_status_is_stale_and_why(
+    client: TestClient, store: SqliteJobStore
+) -> None:
+    from airflow_provider_primus.master.store_health import StoreHealth
+
+    assert "status is stale" not in client.get("/jobs/movielens").text
+    health = StoreHealth(store, "movielens")  # what the master writes while its passes fail
+    health.failed(OSError(f"disk I/O error {XSS}"))
+    page = client.get("/jobs/movielens").text
+    banner = page.split("<p class='stale' role='alert'>")[1].split("</p>")[0]
+    assert "status is stale since " in banner and "because the master cannot record it" in banner
+    assert "disk I/O error" in banner and XSS not in page
+    assert client.get("/api/jobs/movielens").json()["stale"].startswith("status is stale since ")
+    assert health.recovered() is not None
+    assert "status is stale" not in client.get("/jobs/movielens").text
+    assert "stale" not in client.get("/api/jobs/movielens").json()

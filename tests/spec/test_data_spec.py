@@ -668,3 +668,47 @@ def test_primus_data_model_validate_enforces_cross_field_checks(doc: Doc) -> Non
     doc["spec"]["mixture"][0]["source"] = "nope"
     with pytest.raises(ValueError, match=r"mixture\[0\]\.source: unknown source 'nope'"):
         PrimusData.model_validate(doc)
+
+
+# --- a stream's event-time policy ------------------------------------------------------------------
+
+
+def test_event_time_policy_defaults_to_dead_letter_beyond_an_hour_ahead_or_before_2000(doc: Doc) -> None:
+    events = load_data_spec(doc).spec.source("events")
+    assert isinstance(events, KafkaSource)
+    policy = events.event_time_policy
+    assert policy.max_ahead_s == 3600 and policy.action == "dead_letter"
+    assert policy.min_event_time == datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def test_event_time_policy_as_written(doc: Doc) -> None:
+    kafka(doc)["event_time_policy"] = {
+        "max_ahead_s": 86400,
+        "min_event_time": "2020-06-01T00:00:00+02:00",
+        "action": "clamp",
+    }
+    events = load_data_spec(doc).spec.source("events")
+    assert isinstance(events, KafkaSource)
+    policy = events.event_time_policy
+    assert policy.max_ahead_ms == 86_400_000 and policy.action == "clamp"
+    assert policy.min_event_time == datetime(2020, 5, 31, 22, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("max_ahead_s", 0, "greater than 0"),
+        ("max_ahead_s", -60, "greater than 0"),
+        ("max_ahead_s", 1e12, "must be at most 31622400"),
+        ("max_ahead_s", "1h", "must be a number"),
+        ("max_ahead_s", float("inf"), "finite number"),
+        ("action", "drop", "must be one of 'dead_letter', 'clamp' (got 'drop')"),
+        ("min_event_time", "yesterday", "ISO 8601 date-time"),
+        ("max_ahead", 60, "unknown field; did you mean 'max_ahead_s'?"),
+    ],
+)
+def test_bad_event_time_policy_is_named_by_path(doc: Doc, field: str, value: Any, fragment: str) -> None:
+    kafka(doc)["event_time_policy"] = {field: value}
+    path, message = only_issue(doc)
+    assert path == f"spec.sources[1].event_time_policy.{field}"
+    assert fragment in message, message

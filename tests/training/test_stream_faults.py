@@ -4,12 +4,14 @@ that the broker cannot take does not stop training. All against the real broker.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
+from kafka.errors import TopicAlreadyExistsError
 
 from airflow_provider_primus.spec.sources import KafkaSource
 from airflow_provider_primus.training.stream import StreamOffsetLost, StreamSource
@@ -161,3 +163,60 @@ def test_the_checkpointed_position_of_the_same_log_resumes_exactly(topic_of_100:
         assert consumer.committed(TopicPartition(topic, 0)) == 100
     finally:
         consumer.close()
+
+
+def _recreate(bootstrap: str, topic: str) -> None:
+    """Delete ``topic`` and create it again under the same name (a broker whose data was wiped):
+    the consumer's position now points past the end of a shorter, other log."""
+    from kafka.admin import NewTopic
+
+    old = _topic_id(bootstrap, topic)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="primus-tests")
+    try:
+        admin.delete_topics([topic])
+        deadline = time.monotonic() + 60
+        while True:  # the name is free once the deletion has gone through
+            try:
+                admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+                break
+            except TopicAlreadyExistsError:
+                if _topic_id(bootstrap, topic) != old:  # created again already, by a client's request
+                    break
+                assert time.monotonic() < deadline, f"{topic} was not deleted"
+                time.sleep(0.2)
+    finally:
+        admin.close()
+
+
+@pytest.mark.parametrize("policy", ["earliest", "fail"])
+def test_a_log_truncated_under_a_running_consumer_is_handled_in_place(
+    topic_of_100: tuple[str, str], policy: str
+) -> None:
+    """The broker's log is cut back below the position of a consumer that is reading it (kafka-python
+    raises ``LogTruncationError`` from its poll): the source's ``offset_reset`` applies in the fetch
+    thread with a ``StreamOffsetReset`` event, as for a position that is gone, and the trainer is
+    not crashed by an "ingest failed"."""
+    bootstrap, topic = topic_of_100
+    seen = Events()
+    src = StreamSource(_source(bootstrap, topic, policy), start_offsets={0: 0}, on_event=seen)
+    try:
+        assert _drain(src, 100) == list(range(100))
+        _recreate(bootstrap, topic)
+        _produce(bootstrap, topic, 10)
+        deadline = time.monotonic() + 60
+        # Until the fetch thread meets the new log, the source has nothing more (not an error).
+        if policy == "fail":
+            with pytest.raises(StreamOffsetLost, match="offset_reset: earliest or latest"):
+                while time.monotonic() < deadline:
+                    src.fill(10, timeout_s=1)
+            return
+        while not seen.of("StreamOffsetReset") and time.monotonic() < deadline:
+            src.fill(10, timeout_s=1)
+        (reset,) = seen.of("StreamOffsetReset")
+        assert (reset["offset"], reset["resumed_at"]) == (100, 0)
+        got: list[int] = []
+        while len(got) < 10 and time.monotonic() < deadline:  # the seek reaches the decoder next
+            got += _drain(src, 10 - len(got))
+        assert got == list(range(10))  # the new log, from its first record
+    finally:
+        src.close()

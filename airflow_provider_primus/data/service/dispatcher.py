@@ -17,6 +17,11 @@ Model (after a reconcile loop: one owner of the state, every call idempotent):
 * An idle executor with nothing to lease splits the largest remaining range of a straggler: the
   straggler learns its shorter end at its next heartbeat.
 * With time-ordering barriers, an item is leased only when every group before its group is done.
+* Each launch of an executor slot (``data-0``) is a new **incarnation** named ``data-0.<n>``. Once the
+  master has replaced an incarnation (it ended, or hung: see ``liveness``) it **fences** the slot
+  below the new one: the older incarnation's register, heartbeat, lease, release and failure calls are
+  refused, so a hung executor that wakes up can neither take nor hand back work beside its
+  replacement (its heartbeat answer says ``fenced`` and it stops).
 * With several consumers (data-parallel trainers sharing the data executors), a consumer **claims**
   the rows of each batch it receives before training on them: the first claim of a row wins, so a
   row re-sent after a restart (an executor's stale read-ahead, a re-leased range) reaches one trainer
@@ -73,6 +78,14 @@ class ExecutorInfo:
     location: str
     last_seen: float
     metrics: dict[str, Any] = field(default_factory=dict)
+    asked: float = 0.0  # its last lease call: a live reader with nothing to read asks every 50 ms
+
+
+def incarnation_of(executor: str) -> tuple[str, int] | None:
+    """``data-0.3`` -> (``data-0``, 3): the slot and incarnation a master-launched name carries
+    (None for a name without one, e.g. an executor a test or benchmark started by hand)."""
+    slot, _, number = executor.rpartition(".")
+    return (slot, int(number)) if slot and number.isdigit() else None
 
 
 class Dispatcher:
@@ -124,6 +137,7 @@ class Dispatcher:
         self._after: dict[str, list[str]] = {}
         self._progress = {t: list(r) for t, r in (progress or {}).items()}
         self.claimed: dict[str, IntervalSet] = {}  # task -> rows some consumer holds (see claim)
+        self.fences: dict[str, int] = {}  # slot -> its oldest incarnation still allowed (see fence)
         self._add(tasks, edges)
 
     def _add(self, tasks: Iterable[Task], edges: Iterable[tuple[str, str]]) -> int:
@@ -165,6 +179,7 @@ class Dispatcher:
                 sealed=self.sealed,
                 clock=self.clock,
             )
+            fresh.fences = dict(self.fences)  # a rewind must not let a fenced incarnation back in
             # Rows without a label were never served: no checkpoint has them, none needs them again.
             for task_id, rows in self.unlabelled.items():
                 fresh.unlabelled[task_id] = IntervalSet(rows.ranges())
@@ -190,6 +205,26 @@ class Dispatcher:
                 item.executor = None
                 if item.state in (LEASED, SENT):
                     self._set_state(item, PENDING)
+
+    def fence(self, slot: str, incarnation: int) -> None:
+        """Refuse every incarnation of ``slot`` older than ``incarnation`` from now on, and re-queue
+        what they held: they were replaced, and one that still runs (hung, then woken) must not
+        serve beside its replacement."""
+        with self._lock:
+            if self.fences.get(slot, -1) >= incarnation:
+                return
+            self.fences[slot] = incarnation
+            for name in [n for n in (*self.executors, *self._by_executor) if self._fenced(n)]:
+                self.forget(name)
+
+    def is_fenced(self, executor: str) -> bool:
+        """``executor`` is an incarnation older than its slot's fence: replaced, refused."""
+        with self._lock:
+            return self._fenced(executor)
+
+    def _fenced(self, executor: str) -> bool:
+        known = incarnation_of(executor)
+        return known is not None and known[1] < self.fences.get(known[0], -1)
 
     # --- state helpers ---------------------------------------------------------------------------
 
@@ -295,14 +330,21 @@ class Dispatcher:
 
     # --- API (each method is one RPC of the dispatcher service) ---------------------------------
 
-    def register(self, executor: str, location: str) -> None:
+    def register(self, executor: str, location: str) -> bool:
+        """False: refused, the executor's incarnation is fenced (a newer one replaced it)."""
         with self._lock:
-            self.executors[executor] = ExecutorInfo(executor, location, self.clock())
+            if self._fenced(executor):
+                return False
+            now = self.clock()
+            self.executors[executor] = ExecutorInfo(executor, location, now, asked=now)
+            return True
 
     def heartbeat(self, executor: str, metrics: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Keeps the executor's items; tells it the current end of each item it holds (splits) and,
         by omission, which items it no longer holds (reaped while it was unreachable)."""
         with self._lock:
+            if self._fenced(executor):
+                return {"known": False, "fenced": True}
             info = self.executors.get(executor)
             if info is None:
                 return {"known": False}
@@ -315,9 +357,10 @@ class Dispatcher:
         with self._lock:
             self._reap()
             self._raise_if_failed()
-            if executor not in self.executors:
+            info = self.executors.get(executor)
+            if info is None or self._fenced(executor):
                 return None
-            self.executors[executor].last_seen = self.clock()
+            info.last_seen = info.asked = self.clock()
             item = self._next_pending() or self._split_for(executor)
             if item is None:
                 return None
@@ -358,7 +401,7 @@ class Dispatcher:
         ``unlabelled``: the item's rows it left out for having no label (task row ranges)."""
         with self._lock:
             item = self.items.get(item_id)
-            if item is None or item.executor != executor or item.state != LEASED:
+            if item is None or item.executor != executor or item.state != LEASED or self._fenced(executor):
                 return
             if total_rows is not None and item.task.task_id not in self.total_rows:
                 self.total_rows[item.task.task_id] = total_rows
@@ -373,7 +416,7 @@ class Dispatcher:
         stand for it)."""
         with self._lock:
             item = self.items.get(item_id)
-            if item is None or item.executor != executor:
+            if item is None or item.executor != executor or self._fenced(executor):
                 return
             task_id = item.task.task_id
             self.errors.setdefault(task_id, []).append(error)
@@ -497,6 +540,30 @@ class Dispatcher:
                 tally["rows"] += self.total_rows.get(task_id, 0)
                 tally["acked_rows"] += self.acked[task_id].total()
             return out
+
+    def liveness(self) -> dict[str, dict[str, float | int]]:
+        """Each registered executor's signs of life, for the master's hang check: ``seen`` (its last
+        call of any kind: heartbeats come every second), ``asked`` (its last lease call) and
+        ``holds`` (the items it holds). O(executors)."""
+        with self._lock:
+            return {
+                name: {
+                    "seen": info.last_seen,
+                    "asked": info.asked,
+                    "holds": len(self._by_executor.get(name, ())),
+                }
+                for name, info in self.executors.items()
+            }
+
+    def work_waiting(self) -> bool:
+        """Some item could be leased right now (pending, its barrier open): an executor holding
+        nothing that does not ask for it is not serving. O(log n)."""
+        with self._lock:
+            item = self._next_pending()
+            if item is None:
+                return False
+            self._push(item)
+            return True
 
     def executor_metrics(self) -> dict[str, dict[str, Any]]:
         """Each registered executor's last heartbeat metrics: O(executors), for a master's every pass."""

@@ -110,8 +110,7 @@ class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
         d = self.dispatcher
         kind = action.type
         if kind == "register":
-            d.register(body["executor"], body["location"])
-            result: Any = True
+            result: Any = d.register(body["executor"], body["location"])
         elif kind == "heartbeat":
             result = d.heartbeat(body["executor"], body.get("metrics"))
         elif kind == "lease":
@@ -151,8 +150,11 @@ class DispatcherServer(flight.FlightServerBase):  # type: ignore[misc]
                 result = {"address": self.rendezvous.get(gen), "newest": max(self.rendezvous, default=None)}
         elif kind == "report":
             with self._reports_lock:
-                self.reports[body["executor"]] = (time.monotonic(), dict(body.get("metrics") or {}))
-                result = {"commands": self.commands.pop(body["executor"], [])}
+                if d.is_fenced(body["executor"]):  # a replaced trainer: its figures and commands are gone
+                    result = {"commands": [], "fenced": True}
+                else:
+                    self.reports[body["executor"]] = (time.monotonic(), dict(body.get("metrics") or {}))
+                    result = {"commands": self.commands.pop(body["executor"], [])}
         else:
             raise flight.FlightServerError(f"unknown action {kind!r}")
         yield dumps(result)
@@ -240,8 +242,9 @@ class DispatcherClient:
                 if not self._await_move(deadline):
                     raise
 
-    def register(self, executor: str, location: str) -> None:
-        self._call("register", {"executor": executor, "location": location})
+    def register(self, executor: str, location: str) -> bool:
+        """False: refused, this incarnation is fenced (the master replaced it)."""
+        return bool(self._call("register", {"executor": executor, "location": location}))
 
     def heartbeat(self, executor: str, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = self._call("heartbeat", {"executor": executor, "metrics": metrics})

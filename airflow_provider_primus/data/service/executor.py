@@ -334,7 +334,12 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
             except flight.FlightError:
                 continue
             if not resp.get("known"):
-                self.client.register(self.name, self.location)
+                if resp.get("fenced") or not self.client.register(self.name, self.location):
+                    # The master replaced this incarnation (it was hung): serving on beside the
+                    # replacement could only send rows twice. Stop; the master kills it anyway.
+                    print(f"primus-executor {self.name}: replaced; stopping", file=sys.stderr, flush=True)
+                    self.stopping.set()
+                    return
                 continue
             held = resp["items"]
             for item_id in asked_about:

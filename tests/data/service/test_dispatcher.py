@@ -196,3 +196,38 @@ def test_a_row_is_claimed_once_whoever_received_it_and_claims_restart_from_a_rew
     assert d.claim("unknown", [(0, 5)]) == []
     fresh = d.rewound({"a": [(0, 30)]})  # a checkpoint's cut: the rest is to be trained again
     assert fresh.claim("a", [(0, 100)]) == [(30, 100)]
+
+
+def test_a_fenced_incarnation_is_refused_and_its_items_re_queued() -> None:
+    # data-0.0 hung holding a lease; the master fences it as it launches data-0.1.
+    d, _ = make(task("a"), task("b"))
+    assert d.register("data-0.0", "grpc://127.0.0.1:2")
+    old = d.lease("data-0.0")
+    assert old is not None
+    d.fence("data-0", 1)
+    assert d.register("data-0.1", "grpc://127.0.0.1:3")
+    assert d.liveness()["data-0.1"]["holds"] == 0 and "data-0.0" not in d.liveness()
+    # Woken up, the old incarnation can neither hand back, fail, heartbeat, register nor lease.
+    d.release("data-0.0", old.item_id, 100)
+    d.fail("data-0.0", old.item_id, "late")
+    assert d.heartbeat("data-0.0") == {"known": False, "fenced": True}
+    assert not d.register("data-0.0", "grpc://127.0.0.1:2")
+    assert d.lease("data-0.0") is None
+    # Its item went back to the queue from the acknowledged rows and the replacement takes it.
+    leased = {d.lease("data-0.1").task.task_id, d.lease("data-0.1").task.task_id}  # type: ignore[union-attr]
+    assert leased == {"a", "b"}
+    # A rewind (a trainer restarted) keeps the fence; names without an incarnation are never fenced.
+    fresh = d.rewound({})
+    assert not fresh.register("data-0.0", "x") and fresh.register("e1", "x")
+
+
+def test_liveness_shows_an_executor_that_holds_nothing_and_asks_for_nothing() -> None:
+    d, clock = make(task("a"))
+    assert d.work_waiting()
+    clock.now = 5.0
+    d.heartbeat("e1")
+    signs = d.liveness()["e1"]
+    assert (signs["seen"], signs["asked"], signs["holds"]) == (5.0, 0.0, 0)
+    lease = d.lease("e1")
+    assert lease is not None and not d.work_waiting()  # leased: nothing else waits
+    assert d.liveness()["e1"]["holds"] == 1 and d.liveness()["e1"]["asked"] == 5.0

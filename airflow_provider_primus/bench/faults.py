@@ -9,6 +9,9 @@ local executors, and injects faults while it trains:
   (SIGSTOP, then SIGCONT: a hung broker whose connections stay open);
 * a kill: the trainer or a data executor is SIGKILLed once the stream trains, before the outage
   (its restart is awaited);
+* a changed file: once the job has planned, the last history day's file is rewritten in place with
+  the same schema and row count but other rows (sample ids never planned). Its task must be
+  quarantined with the reason, none of its new rows trained, every other row trained once.
 * a hang (the ``hung-executor`` trial): the only data executor is stopped with SIGSTOP, alive for
   the backend and serving nothing, with history left to train; the master must declare it hung
   (``ExecutorHung``, after the data role's ``hang_timeout_s``, ``HANG_TIMEOUT_S`` here), kill and
@@ -43,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
@@ -75,6 +79,7 @@ class Trial:
     history_days: int = 2
     rows_per_day: int = 12_000
     stream_rows: int = 4_000
+    change_file: bool = False  # rewrite a planned history file while the job runs
 
 
 @dataclass
@@ -90,6 +95,13 @@ class TrialResult:
     history_rows_during_outage: int = 0
     history_left_at_outage: int = 0
     stream_events: list[str] = field(default_factory=list)
+    # The changed-file trial: the file rewritten, its task's quarantine (the planned rows it holds
+    # are not lost: they are accounted here), and rows trained that no plan and no producer made.
+    file_changed: str | None = None
+    tasks_quarantined: int = 0
+    quarantine_reasons: list[str] = field(default_factory=list)
+    rows_quarantined: int = 0
+    rows_unplanned: int = 0
     phase: str = ""
     elapsed_s: float = 0.0
     hang_detected_s: float | None = None  # SIGSTOP to the ExecutorHung event (hung-executor trial)
@@ -100,7 +112,9 @@ class TrialError(RuntimeError):
     """The job did not get where the trial needs it to (the message says where it stopped)."""
 
 
-def _write_documents(root: Path, world: World, bootstrap: str, topic: str, *, hang: bool = False) -> Path:
+def _write_documents(
+    root: Path, world: World, bootstrap: str, topic: str, *, hang: bool = False, failed_share: float = 0.0
+) -> Path:
     data_path = write_data_spec(world, root, bootstrap_servers=bootstrap, topic=topic)
     training = {
         "apiVersion": "primus.dev/v1alpha1",
@@ -132,7 +146,7 @@ def _write_documents(root: Path, world: World, bootstrap: str, topic: str, *, ha
             "training": str(root / "training.yaml"),
             "follow": True,
             "passthrough": ["sample_id"],
-            "data_service": {"batch_rows": 500, "window": 2},
+            "data_service": {"batch_rows": 500, "window": 2, "max_failed_share": failed_share},
             "roles": {
                 "data": data_role,
                 "trainer": {"resources": {"cpu": 1, "memory": "2Gi"}, "failover": {"max_restarts": 5}},
@@ -193,6 +207,21 @@ def _until(
         time.sleep(0.1)  # polling another process's trace and the store: nothing to block on
 
 
+UNPLANNED_IDS = 10**12  # added to a rewritten file's sample ids: rows no plan counted
+
+
+def _rewrite(path: Path) -> tuple[list[int], list[int]]:
+    """Rewrite ``path`` in place as a writer re-running a day would: same schema and row count, other
+    rows. Returns (the planned sample ids it held, the unplanned ones it holds now)."""
+    table = pq.read_table(path)
+    planned = table.column("sample_id").to_pylist()
+    unplanned = [i + UNPLANNED_IDS for i in planned]
+    index = table.schema.get_field_index("sample_id")
+    column = pa.array(unplanned, table.schema.field(index).type)
+    pq.write_table(table.set_column(index, "sample_id", column), path, write_page_checksum=True)
+    return planned, unplanned
+
+
 def _pid(record: JobRecord, executor: str) -> int:
     return int(record.status["executors"][executor]["handle"]["ref"]["pid"])
 
@@ -237,12 +266,31 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
     try:
         topic = "clicks"
         ensure_topic(state.bootstrap_servers, topic)
-        job_path = _write_documents(root, world, state.bootstrap_servers, topic, hang=trial.hang)
+        # The changed file's task is one of the history's two: let the job go on without it.
+        failed_share = 0.5 if trial.change_file else 0.0
+        job_path = _write_documents(
+            root, world, state.bootstrap_servers, topic, hang=trial.hang, failed_share=failed_share
+        )
         produce(state.bootstrap_servers, topic, messages[:half])
         submit(job_path, store=store, home=root / "home")
         trace = _Trace(root / "home" / "jobs" / JOB / "trace.jsonl")
         second_half = set(stream_ids[half:])
+        changed_planned: list[int] = []
+        unplanned: set[int] = set()
         with _running_master(store, root / "home") as master:
+            if trial.change_file:
+                # As soon as the plan is made: tasks are leased in time order, so the last day's
+                # file is opened only after the first day's rows are read, well after this.
+                _until(
+                    store,
+                    trace,
+                    lambda r: int((r.status.get("progress") or {}).get("tasks") or 0) > 0,
+                    timeout_s,
+                    "the job to plan",
+                )
+                changed_planned, now = _rewrite(paths[-1])
+                unplanned = set(now)
+                result.file_changed = str(paths[-1])
             # Faults start once the stream trains and history is under way, mid-pass: first the kill
             # (its restart observed, and training going on), then the outage.
             record = _until(
@@ -314,9 +362,15 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
             if not trial.hang:  # the hung-executor trial's recovery is the one after the hang
                 result.recovery_s = round(at - up, 3) if at is not None else None
             wanted = collections.Counter(history_ids) + collections.Counter(stream_ids)
+            # The changed file's planned rows are not to be trained (its task is quarantined).
+            expected = wanted - collections.Counter(changed_planned)
 
             def complete(r: JobRecord) -> bool:
-                if not set(trace.ids()) >= set(wanted):
+                if not set(trace.ids()) >= set(expected):
+                    return False
+                if trial.change_file and not int(
+                    (r.status.get("progress") or {}).get("tasks_quarantined") or 0
+                ):
                     return False
                 # The recovery reaches the job's events with the trainer's next report.
                 return trial.outage_s == 0 or any(e.type == "StreamRecovered" for e in store.events(JOB))
@@ -327,8 +381,14 @@ def run_trial(trial: Trial, root: Path, *, timeout_s: float = 300.0) -> TrialRes
         trace.refresh()
         trained = collections.Counter(trace.ids())
         result.rows_trained = sum(trained.values())
-        result.rows_lost = sum((wanted - trained).values())
-        result.rows_duplicated = sum((trained - wanted).values())
+        result.rows_lost = sum((expected - trained).values())
+        extra = trained - wanted
+        result.rows_unplanned = sum(n for i, n in extra.items() if i in unplanned)
+        result.rows_duplicated = sum(extra.values()) - result.rows_unplanned
+        quarantine = list((record.status.get("progress") or {}).get("quarantine") or [])
+        result.tasks_quarantined = len(quarantine)
+        result.quarantine_reasons = [str(q.get("error")) for q in quarantine]
+        result.rows_quarantined = sum(int(q.get("rows_missing") or 0) for q in quarantine)
         result.phase = str(record.status.get("phase"))
         restarts = int(record.status["executors"]["trainer-0"]["restarts"])
         result.trainer_crashes = restarts - (1 if trial.kill == "trainer" else 0)
@@ -407,22 +467,31 @@ def run(
     seed: int = 0,
     min_outage_s: float = 3.0,
     max_outage_s: float = 15.0,
+    file_changed: bool = True,
     workdir: Path | None = None,
 ) -> dict[str, Any]:
+    """The outage trials, then (``file_changed``) one changed-file trial; ``trials`` and the outage
+    figures count the former, ``rows_lost`` / ``rows_duplicated`` / ``trainer_crashes`` all."""
     plans = trials_for(list(range(seed, seed + trials)), min_outage_s=min_outage_s, max_outage_s=max_outage_s)
     results = []
     base = Path(tempfile.mkdtemp(prefix="primus-bench-faults-", dir=workdir))
+    total = len(plans) + int(file_changed) + 1  # the hung-executor trial runs last
     for i, plan in enumerate(plans):
-        log.info("trial %d/%d", i + 1, len(plans))
+        log.info("trial %d/%d", i + 1, total)
         results.append(run_trial(plan, base / f"trial-{i}"))
-    log.info("trial hung-executor")
+    changed: list[TrialResult] = []
+    if file_changed:
+        log.info("trial %d/%d: a planned file rewritten", total - 1, total)
+        changed.append(run_trial(Trial(seed=seed, change_file=True), base / "trial-file-changed"))
+    log.info("trial %d/%d: the only data executor hung", total, total)
     hung = run_trial(Trial(seed=seed, hang=True), base / "trial-hung-executor")
+    everything = [*results, *changed, hung]
     recoveries = [r.recovery_s for r in results if r.recovery_s is not None]
     return {
         "trials": len(results),
-        "rows_lost": sum(r.rows_lost for r in [*results, hung]),
-        "rows_duplicated": sum(r.rows_duplicated for r in [*results, hung]),
-        "trainer_crashes": sum(r.trainer_crashes for r in [*results, hung]),
+        "rows_lost": sum(r.rows_lost for r in everything),
+        "rows_duplicated": sum(r.rows_duplicated for r in everything),
+        "trainer_crashes": sum(r.trainer_crashes for r in everything),
         "recovery_s": max(recoveries) if recoveries else None,
         "rows_trained": sum(r.rows_trained for r in results),
         "outages_s": [r.trial.outage_s for r in results],
@@ -430,7 +499,22 @@ def run(
         "kills": [r.trial.kill for r in results],
         "history_rows_during_outage_min": min(r.history_rows_during_outage for r in results),
         "phases": sorted({r.phase for r in results}),
-        "elapsed_s": round(sum(r.elapsed_s for r in results), 1),
+        "elapsed_s": round(sum(r.elapsed_s for r in everything), 1),
+        # The changed-file trial (null without it): its task quarantined with the reason, and the
+        # rows trained that no plan counted (must be 0).
+        "file_changed": (
+            None
+            if not changed
+            else {
+                "phase": changed[0].phase,
+                "tasks_quarantined": changed[0].tasks_quarantined,
+                "rows_quarantined": changed[0].rows_quarantined,
+                "rows_unplanned": changed[0].rows_unplanned,
+                "rows_lost": changed[0].rows_lost,
+                "rows_duplicated": changed[0].rows_duplicated,
+                "reasons": changed[0].quarantine_reasons,
+            }
+        ),
         # The hung-executor trial, beside the seeded ones (``trials`` counts those): its own
         # accounting; its losses, duplicates and crashes are in the totals above too.
         "hung_executor": {

@@ -183,12 +183,19 @@ def register(sub: Any) -> None:
         "follow-mode job; the broker is stopped and started again on the same port after an outage "
         "of MIN..MAX seconds mid-pass, then the trainer or a data executor is SIGKILLed. Reports rows "
         "lost and duplicated (from the trainer's trace), trainer crashes and the longest time from "
-        "the broker's return to the stream training again.",
+        "the broker's return to the stream training again. One more trial rewrites a planned history "
+        "file while the job runs: its task must be quarantined, none of its new rows trained.",
     )
     f.add_argument("--trials", type=count_of("runs"), default=3)
     f.add_argument("--seed", type=int, default=0, help="trial i uses seed SEED+i")
     f.add_argument("--min-outage-s", type=float, default=3.0)
     f.add_argument("--max-outage-s", type=float, default=15.0)
+    f.add_argument(
+        "--no-file-changed",
+        dest="file_changed",
+        action="store_false",
+        help="skip the trial that rewrites a planned history file while the job runs",
+    )
     f.add_argument("--workdir", type=Path, help="where trials build their worlds (default: system temp)")
     f.set_defaults(handler=run_faults)
     s = _register_sharding(bsub)
@@ -274,6 +281,7 @@ def run_faults(args: argparse.Namespace) -> int:
             seed=args.seed,
             min_outage_s=args.min_outage_s,
             max_outage_s=args.max_outage_s,
+            file_changed=args.file_changed,
             workdir=args.workdir,
         ),
     )

@@ -4,9 +4,11 @@ Keyed by a fingerprint of the source's physical definition (URI, template, forma
 marker; an object store's endpoint) and the partition time. Only complete partitions are cached;
 missing ones are listed again next time because they may have arrived. Without a success marker a
 cached local partition is assumed immutable — use ``refresh`` (``primus plan --refresh``) when files
-are rewritten in place. On an object store each file also keeps what the store said about it (ETag,
-listing size and modification time): the planner lists a cached partition again and reuses only the
-files the store shows unchanged, so a rewritten object is re-planned.
+are rewritten in place; each file keeps the size, modification time and footer checksum it was
+planned with, so a reader refuses a rewritten one rather than train rows the plan never counted. On
+an object store each file also keeps what the store said about it (ETag, listing size and
+modification time): the planner lists a cached partition again and reuses only the files the store
+shows unchanged, so a rewritten object is re-planned.
 
 Next to a partition's files (tier 2) the cache keeps the tasks they were sized into (tier 3) and the
 sizing they were cut with (source name, target and minimum rows, priority). A re-plan with the same
@@ -106,7 +108,13 @@ def encode_files(files: Iterable[FileInfo]) -> str:
     return json.dumps(
         [
             [f.path, f.size, f.rows, list(f.row_groups), list(f.event_time) if f.event_time else None]
-            + ([f.version, f.stamp] if f.version or f.stamp else [])
+            + (
+                [f.version, f.stamp, f.mtime_ns, f.footer_checksum]
+                if f.mtime_ns is not None or f.footer_checksum
+                else [f.version, f.stamp]
+                if f.version or f.stamp
+                else []
+            )
             for f in files
         ]
     )
@@ -114,12 +122,14 @@ def encode_files(files: Iterable[FileInfo]) -> str:
 
 def decode_files(encoded: str) -> tuple[FileInfo, ...]:
     """Files as encoded; a fifth element, the event-time range, is absent in older caches, the
-    object's version and listing stamp (sixth and seventh) in caches of local files."""
+    object's version and listing stamp (sixth and seventh) in caches of local files written before
+    they kept a file's modification time and footer checksum (eighth and ninth): not checked."""
     out = []
     for p, s, r, g, *rest in json.loads(encoded):
         event_time = tuple(rest[0]) if rest and rest[0] else None
         version, stamp = (rest[1], rest[2]) if len(rest) >= 3 else ("", "")
-        out.append(FileInfo(p, s, r, tuple(g), event_time, version, stamp))
+        modified, checksum = (rest[3], rest[4]) if len(rest) >= 5 else (None, "")
+        out.append(FileInfo(p, s, r, tuple(g), event_time, version, stamp, modified, checksum))
     return tuple(out)
 
 
@@ -135,7 +145,13 @@ def encode_tasks(files: int, tasks: Iterable[Task]) -> str:
                     t.bytes,
                     [
                         [s.path, s.size, s.row_group_start, s.row_group_end, s.rows, s.bytes]
-                        + ([s.version] if s.version else [])
+                        + (
+                            [s.version, s.mtime_ns, s.footer_checksum]
+                            if s.checked
+                            else [s.version]
+                            if s.version
+                            else []
+                        )
                         for s in t.slices
                     ],
                 ]

@@ -26,5 +26,6 @@ class CorruptFileError(RuntimeError):
 
 
 class FileChangedError(CorruptFileError):
-    """An object was rewritten between planning and reading (its ETag differs from the planned one):
-    the plan's row numbers do not describe it any more, so it is refused rather than half-read."""
+    """A file changed between planning and reading (an object's ETag, a file's size, modification
+    time or Parquet footer differ from the planned ones): the plan's row numbers do not describe it
+    any more, so it is refused rather than read, and its task is quarantined as a corrupt one is."""

@@ -31,6 +31,10 @@ _SLICE = pa.struct(
         ("rows", pa.int64()),
         ("bytes", pa.int64()),
         ("version", pa.string()),
+        # A file's identity where there is no ETag (``data/identity.py``); plans written before
+        # these columns existed read back without them: not checked.
+        ("mtime_ns", pa.int64()),
+        ("footer_checksum", pa.string()),
     ]
 )
 TASK_SCHEMA = pa.schema(

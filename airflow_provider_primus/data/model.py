@@ -29,6 +29,12 @@ class FileInfo:
     # the footer again. Both empty for local files (their identity stays path and size).
     version: str = ""
     stamp: str = field(default="", compare=False)
+    # Filesystems without ETags (local disk, HDFS): the listing's modification time and, for a local
+    # Parquet file, a checksum of its footer. A reader compares them (with ``size``) to the file it
+    # opens, so a file rewritten after planning is refused instead of trained. None / "" when the
+    # filesystem does not say, or in plans and caches written before they existed: not checked.
+    mtime_ns: int | None = None
+    footer_checksum: str = ""
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,16 @@ class FileSlice:
     rows: int | None = None
     bytes: int = 0  # this slice's share of the file
     version: str = ""  # the object's ETag when planned (object stores); a reader refuses another
+    # What the plan saw of a file that has no ETag (see ``FileInfo``): not part of ``identity()``, so
+    # task IDs stay what they were; a reader refuses a file whose size, modification time or footer
+    # differ. None / "": not recorded (an older plan), not checked.
+    mtime_ns: int | None = None
+    footer_checksum: str = ""
+
+    @property
+    def checked(self) -> bool:
+        """Whether the plan recorded this file's identity, so a reader can tell it changed."""
+        return self.mtime_ns is not None or bool(self.footer_checksum)
 
     def identity(self) -> str:
         base = f"{self.path}|{self.size}|{self.row_group_start}|{self.row_group_end}"

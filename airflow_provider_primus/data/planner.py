@@ -36,6 +36,7 @@ from airflow_provider_primus.data.objectstore import ResolvedAccess
 from airflow_provider_primus.data.sizing import group_key, tasks_for_partition
 from airflow_provider_primus.data.sources.files import (
     describe_file,
+    is_local,
     is_object_store,
     list_partition_with_policy,
     listing_stamp,
@@ -329,6 +330,7 @@ def plan(
                                 src.format,
                                 column,
                                 versioned=versioned,
+                                checksum_footer=is_local(src.uri),
                                 source=src.name,
                             )
                 report()

@@ -11,6 +11,9 @@ Only the requested columns are decoded, and Parquet row groups before ``start_ro
 their footer row counts, never read. CSV and JSON lines have no row index, so a file of them is read
 whole; the planner keeps such files as whole-file slices.
 
+A file changed since it was planned (an object's ETag; a file's size, modification time or Parquet
+footer, ``data/identity.py``) raises ``FileChangedError`` before any of its rows is read.
+
 Errors: bytes that cannot be decoded (corrupt, truncated, a page failing its checksum, text that does
 not parse) raise ``CorruptFileError``; a requested column absent from a file raises
 ``SchemaMismatchError`` before any row of it is read. Failures of the filesystem itself (a missing
@@ -30,6 +33,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from airflow_provider_primus.data.errors import CorruptFileError, FileChangedError
+from airflow_provider_primus.data.identity import check_unchanged
 from airflow_provider_primus.data.model import FileSlice, Task
 from airflow_provider_primus.data.objectstore import ObjectStoreError, named_failure, object_version
 from airflow_provider_primus.data.transforms import SchemaMismatchError
@@ -245,13 +249,20 @@ def _require_columns(schema: pa.Schema, columns: list[str], path: str) -> None:
 
 
 def _open_planned(fs: pafs.FileSystem, path: str, piece: FileSlice, source: str) -> pa.NativeFile:
-    """Open the slice's file; on an object store (the slice carries the ETag it was planned with)
-    refuse an object rewritten since the plan: its row numbers no longer mean the planned rows.
-
-    Opening sends one HEAD; the reads after it are ranged GETs of the footer and the chunks needed.
+    """Open the slice's file and refuse one changed since the plan: its row numbers no longer mean
+    the planned rows. On an object store the slice carries the ETag it was planned with (opening
+    sends one HEAD; the reads after it are ranged GETs of the footer and the chunks needed); on a
+    filesystem its size, modification time and, for local Parquet, footer checksum
+    (``data/identity.py``: one stat after opening, and a re-read of the footer's bytes).
     """
     if not piece.version:
-        return fs.open_input_file(path)
+        handle = fs.open_input_file(path)
+        try:
+            check_unchanged(fs, path, piece, source, handle)
+        except BaseException:
+            handle.close()
+            raise
+        return handle
     try:
         handle = fs.open_input_file(path)
     except ObjectStoreError:
@@ -263,8 +274,8 @@ def _open_planned(fs: pafs.FileSystem, path: str, piece: FileSlice, source: str)
         handle.close()
         raise FileChangedError(
             path,
-            f"source {source!r}: the object was rewritten after it was planned (ETag {piece.version} "
-            f"planned, {found} now); re-plan the window",
+            f"source {source!r}: the object changed after planning (rewritten after it was planned: "
+            f"ETag {piece.version} planned, {found} now); re-plan the window",
         )
     return handle
 
@@ -382,6 +393,8 @@ def _text_slice(
     if piece.version:  # a text file is read whole anyway; the HEAD only checks it is the planned one
         _open_planned(fs, path, piece, source).close()
     table = _read_text(fs, path, fmt, columns)
+    # After the read, before any row is handed out: a rewrite before or during it shows here.
+    check_unchanged(fs, path, piece, source)
     total: int = table.num_rows
     end = total if hi is None else min(hi, total)
     if lo < end:

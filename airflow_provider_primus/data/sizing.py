@@ -32,12 +32,30 @@ def _split_row_groups(info: FileInfo, target_rows: int) -> Iterator[FileSlice]:
     for i, rows in enumerate(info.row_groups):
         acc += rows
         if acc >= target_rows or i == len(info.row_groups) - 1:
-            yield FileSlice(info.path, info.size, start, i + 1, acc, info.size * acc // total, info.version)
+            yield FileSlice(
+                info.path,
+                info.size,
+                start,
+                i + 1,
+                acc,
+                info.size * acc // total,
+                info.version,
+                info.mtime_ns,
+                info.footer_checksum,
+            )
             start, acc = i + 1, 0
 
 
 def whole(info: FileInfo) -> FileSlice:
-    return FileSlice(info.path, info.size, rows=info.rows, bytes=info.size, version=info.version)
+    return FileSlice(
+        info.path,
+        info.size,
+        rows=info.rows,
+        bytes=info.size,
+        version=info.version,
+        mtime_ns=info.mtime_ns,
+        footer_checksum=info.footer_checksum,
+    )
 
 
 def _make_task(

@@ -51,6 +51,9 @@ def test_bench_faults_prints_one_json_line(tmp_path: Path, capsys: pytest.Captur
     )
     assert (result["rows_lost"], result["rows_duplicated"], result["trainer_crashes"]) == (0, 0, 0)
     assert result["recovery_s"] is not None
+    changed = result["file_changed"]
+    assert changed["tasks_quarantined"] == 1 and changed["rows_unplanned"] == 0
+    assert "changed after planning" in changed["reasons"][0]
     hung = result["hung_executor"]
     assert (hung["rows_lost"], hung["rows_duplicated"], hung["trainer_crashes"]) == (0, 0, 0)
     assert hung["recovery_s"] is not None and hung["hang_detected_s"] >= hung["hang_timeout_s"]
@@ -59,3 +62,25 @@ def test_bench_faults_prints_one_json_line(tmp_path: Path, capsys: pytest.Captur
 def test_bench_faults_refuses_an_inverted_outage_range(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "faults", "--min-outage-s", "5", "--max-outage-s", "1"]) == 2
     assert "--min-outage-s" in capsys.readouterr().err
+
+
+def test_a_planned_file_rewritten_while_the_job_runs_is_quarantined_and_nothing_unplanned_trains(
+    tmp_path: Path,
+) -> None:
+    """The last history day rewritten in place after planning (same schema and row count, new sample
+    ids): its task is quarantined with the reason, none of its new rows is trained, and every other
+    planned and produced row is trained once."""
+    result = run_trial(Trial(seed=5, change_file=True), tmp_path)
+    assert result.file_changed is not None and result.phase == "Stopped"  # a follow job, stopped by the trial
+    assert result.tasks_quarantined == 1 and result.rows_quarantined == result.trial.rows_per_day
+    [reason] = result.quarantine_reasons
+    assert (
+        "FileChangedError" in reason and "changed after planning" in reason and result.file_changed in reason
+    )
+    assert (result.rows_unplanned, result.rows_lost, result.rows_duplicated, result.trainer_crashes) == (
+        0,
+        0,
+        0,
+        0,
+    )
+    assert result.rows_trained == result.history_rows - result.rows_quarantined + result.stream_rows

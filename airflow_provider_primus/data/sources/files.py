@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_primus.data.errors import CorruptFileError, MissingPartitionError, PlanCancelled
 from airflow_provider_primus.data.hdfs import open_hdfs
+from airflow_provider_primus.data.identity import footer_checksum, mtime_ns
 from airflow_provider_primus.data.model import FileInfo, MissingPartition
 from airflow_provider_primus.data.objectstore import (
     ObjectStoreError,
@@ -78,6 +79,11 @@ def open_source_filesystem(
 def is_object_store(uri: str) -> bool:
     """Whether the store's own word (ETag, modification time) identifies an object's version."""
     return uri_scheme(uri) in OBJECT_STORE_SCHEMES
+
+
+def is_local(uri: str) -> bool:
+    """Whether the source is on a local disk, where re-reading a file's footer costs no round trip."""
+    return uri_scheme(uri) == "file"
 
 
 def partition_times(start: datetime, end: datetime, granularity: str) -> Iterator[datetime]:
@@ -179,6 +185,7 @@ def describe_file(
     event_time: str | None = None,
     *,
     versioned: bool = False,
+    checksum_footer: bool = False,
     source: str | None = None,
 ) -> FileInfo:
     """Size from the listing; rows and row groups from the Parquet footer (one open + tail reads);
@@ -187,11 +194,15 @@ def describe_file(
 
     ``versioned`` (object stores): the object's ETag from the HEAD that opening it sends, and the
     listing's stamp. The footer is read with ranged GETs of the object's tail, never the object.
+    Otherwise (local disk, HDFS) the listing's modification time and, with ``checksum_footer`` (a
+    local source: :func:`is_local`), a checksum of the Parquet footer: what a reader checks to refuse
+    a file rewritten after planning (``data/identity.py``).
     """
     stamp = listing_stamp(entry) if versioned else ""
+    modified = None if versioned else mtime_ns(entry)
     if fmt != "parquet":
         if not versioned:
-            return FileInfo(entry.path, int(entry.size or 0))
+            return FileInfo(entry.path, int(entry.size or 0), mtime_ns=modified)
         try:
             with fs.open_input_file(entry.path) as handle:  # a HEAD, no body
                 version = object_version(handle)
@@ -205,15 +216,28 @@ def describe_file(
         if versioned:  # not the object's fault: refused, unreachable, deleted since the listing
             raise named_failure(f"source {source!r}", "reading the footer of", entry.path, exc) from exc
         raise CorruptFileError(entry.path, f"unreadable Parquet footer: {exc}") from exc
+    checksum = ""
     try:
         with handle:
             version = object_version(handle) if versioned else ""
             meta = pq.ParquetFile(handle).metadata
+            if checksum_footer and not versioned:  # local: the bytes were just read, in the page cache
+                checksum = footer_checksum(handle)
     except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for corrupt or truncated footers
         raise CorruptFileError(entry.path, f"unreadable Parquet footer: {exc}") from exc
     groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
     span = _event_time_range(meta, event_time) if event_time is not None else None
-    return FileInfo(entry.path, int(entry.size or 0), int(meta.num_rows), groups, span, version, stamp)
+    return FileInfo(
+        entry.path,
+        int(entry.size or 0),
+        int(meta.num_rows),
+        groups,
+        span,
+        version,
+        stamp,
+        modified,
+        checksum,
+    )
 
 
 def _event_time_range(meta: pq.FileMetaData, column: str) -> tuple[str, str, float, float] | None:

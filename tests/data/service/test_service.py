@@ -329,3 +329,35 @@ def test_token_is_required(store: Store, token: str, executors) -> None:
         assert executors[0].location.startswith("grpc://127.0.0.1:")
     finally:
         server.stop()
+
+
+def test_a_file_rewritten_after_planning_is_quarantined_and_none_of_its_new_rows_trained(
+    store: Store, token: str, executors
+) -> None:
+    """Same schema, same row count, new rows: the plan's row count cannot tell. The task is
+    quarantined as a corrupt one is, naming the file and why; every other planned row trains once."""
+    import pyarrow.parquet as pq
+
+    from tests.data.service.conftest import click_table
+
+    graph = store.graph()
+    changed = store.root / "store" / (T0 + timedelta(hours=1)).strftime("%Y-%m-%d/%H") / "part-2.parquet"
+    first_id = 5 * 3000  # hour 01, file 2 (the store numbers rows file by file)
+    unplanned = range(10**6, 10**6 + 3000)
+    pq.write_table(click_table(unplanned[0], 3000, seed=7), changed, row_group_size=500)
+    changed_tasks = {t.task_id for t in graph.tasks if any(s.path == str(changed) for s in t.slices)}
+    server = start_dispatcher(graph, token, max_attempts=2, max_failed_share=0.5)
+    try:
+        executors.append(ExecutorProcess("e", server.location, store.spec_path, token))
+        ids = row_ids(loader_for(server.location, token))
+        status = DispatcherClient(server.location, token).status()
+    finally:
+        server.stop()
+    assert set(status["quarantine"]) == changed_tasks
+    for info in status["quarantine"].values():
+        assert info["file"] == str(changed) and info["source"] == "clicks" and info["attempts"] == 2
+        assert "FileChangedError" in info["error"] and "changed after planning" in info["error"]
+        assert str(changed) in info["error"]
+    assert not set(ids) & set(unplanned)  # no row the plan never counted
+    planned = (i for i in range(store.rows) if not first_id <= i < first_id + 3000)
+    assert Counter(ids) == Counter(planned)  # every other planned row, once

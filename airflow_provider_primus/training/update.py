@@ -211,12 +211,3 @@ class Updater:
         )
         declared = self.event_times.get(name)
         return text if declared is None else text + unit_hint(declared, low, high)
-        unit = declared.integer_unit
-        fits = [u for u in fitting_units(low / MS_PER_UNIT[unit], high / MS_PER_UNIT[unit]) if u != unit]
-        if fits:
-            text += (
-                f"; if column {declared.column!r} holds integers, they were read as epoch "
-                f"{UNIT_NAMES[unit]} but fit epoch {UNIT_NAMES[fits[0]]}: declare "
-                f"event_time: {{column: {declared.column}, unit: {fits[0]}}}"
-            )
-        return text

@@ -15,8 +15,9 @@ local executors, and injects faults while it trains:
 * a hang (the ``hung-executor`` trial): the only data executor is stopped with SIGSTOP, alive for
   the backend and serving nothing, with history left to train; the master must declare it hung
   (``ExecutorHung``, after the data role's ``hang_timeout_s``, ``HANG_TIMEOUT_S`` here), kill and
-  replace it. ``hang_detected_s`` is the time from the SIGSTOP to that event, ``recovery_s`` the
-  time from the event to the first history step trained after it.
+  replace it. ``hang_detected_s`` is the time from the SIGSTOP to that event (the timeout runs from
+  the last heartbeat, up to a second before the SIGSTOP), ``recovery_s`` the time from the event to
+  the first history step trained after it.
 
 Stream records are produced in two halves, before the outage and right after the broker returns, so
 ``recovery_s`` is the time from the broker's return to the first step that trained a record of the

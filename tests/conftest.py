@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -128,6 +129,12 @@ def new_topic(kafka_broker: BrokerState) -> Iterator[Callable[..., str]]:
         name = f"{prefix}-{uuid.uuid4().hex[:10]}"
         admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
         created.append(name)
+        # Created is not yet visible: a client asking the broker's metadata at once can be told the
+        # topic does not exist (a planner would say so). Await it in the metadata clients read.
+        deadline = time.monotonic() + 30
+        while name not in admin.list_topics():
+            assert time.monotonic() < deadline, f"topic {name} never appeared in the broker's metadata"
+            time.sleep(0.05)
         return name
 
     try:

@@ -26,6 +26,7 @@ from kafka.errors import LogTruncationError, OffsetOutOfRangeError
 from airflow_provider_primus.data.sources.kafka_client import permanent_failure
 from airflow_provider_primus.spec.sources import KafkaSource
 from airflow_provider_primus.training.offsets import (
+    OffsetReset,
     lost_reason,
     new_consumer,
     offset_reset,
@@ -263,11 +264,28 @@ class Fetcher:
     def _reset(self, partition: int, position: int, lo: int, hi: int, why: str, *, same_log: bool) -> int:
         """Where to go on when ``position`` cannot be resumed, per the source's ``offset_reset``;
         raises ``StreamOffsetLost`` under ``fail``. What it skips is counted and reported."""
+        reset = self._policy(partition, position, lo, hi, why, same_log=same_log)
+        self.report_reset(reset)
+        return reset.target
+
+    def _policy(
+        self, partition: int, position: int, lo: int, hi: int, why: str, *, same_log: bool
+    ) -> OffsetReset:
         reset = offset_reset(self.source, partition, position, lo=lo, hi=hi, why=why, same_log=same_log)
+        with self._state.cond:
+            # The partition's end is the new log's (or the cut-back one's): the lag must not keep
+            # counting from a high watermark that is gone.
+            if self._state.end_offsets is None:  # a bounded replay's high watermark is its end
+                self._state.high[partition] = hi
+                self._state.cond.notify_all()
+        return reset
+
+    def report_reset(self, reset: OffsetReset) -> None:
+        """Count a reset's skipped records and send its event: one figure for both, whoever applies
+        it (this thread, or the decode thread after dropping a replaced log's buffered rows)."""
         with self._state.cond:
             self._state.skipped_records += reset.skipped
         self._event("StreamOffsetReset", reset.message, **reset.data)
-        return reset.target
 
     def _out_of_range(self, exc: OffsetOutOfRangeError, polled: dict[int, int]) -> None:
         """The broker says a fetch position is gone (retention, truncation): apply the policy."""
@@ -320,12 +338,15 @@ class Fetcher:
         last = self.consumer.end_offsets(state.tps)
         for tp in state.tps:
             lo, hi = int(first[tp]), int(last[tp])
-            target = self._reset(tp.partition, polled[tp.partition], lo, hi, why, same_log=False)
-            self._seek(tp, target, polled, drop=True)
+            # Reported when the seek takes effect, with the rows buffered from the old log it drops.
+            reset = self._policy(tp.partition, polled[tp.partition], lo, hi, why, same_log=False)
+            self._seek(tp, reset.target, polled, reset=reset)
         state.log_identity = identity
         return True
 
-    def _seek(self, tp: TopicPartition, offset: int, polled: dict[int, int], *, drop: bool = False) -> None:
+    def _seek(
+        self, tp: TopicPartition, offset: int, polled: dict[int, int], *, reset: OffsetReset | None = None
+    ) -> None:
         self.consumer.seek(tp, offset)
         polled[tp.partition] = offset
-        self._put_raw((tp.partition, Seek(offset, drop)))
+        self._put_raw((tp.partition, Seek(offset, reset)))

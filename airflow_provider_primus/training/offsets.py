@@ -114,19 +114,36 @@ def offset_reset(
     # Same log: records deleted before ``lo`` were never trained, nor are those jumped over. A new
     # log: its records before the target are skipped (the old log's rest is gone with it).
     skipped = max(0, lo - position) + max(0, target - max(position, lo)) if same_log else target - lo
-    return OffsetReset(
-        target=target,
-        skipped=skipped,
-        message=(
-            f"{where}: offset {position} cannot be resumed ({why}; the partition holds {lo}..{hi}); "
-            f"offset_reset={policy}: resumed at {target}, {skipped} record(s) skipped"
-        ),
-        data={
+    return _described(
+        where,
+        policy,
+        {
             "partition": partition,
             "offset": position,
             "resumed_at": target,
             "skipped": skipped,
             "reason": why,
             "log_replaced": not same_log,
+            "lo": lo,
+            "hi": hi,
         },
     )
+
+
+def with_dropped(reset: OffsetReset, dropped: int) -> OffsetReset:
+    """The reset with the rows buffered from a replaced log (read, never trained, dropped when the
+    seek took effect) counted in: the event, the status and the checkpoint then carry one figure."""
+    data = {**reset.data, "skipped": reset.skipped + dropped, "dropped_buffered": dropped}
+    where = reset.message.split(":", 1)[0]
+    return _described(where, str(reset.data.get("policy", "")), data)
+
+
+def _described(where: str, policy: str, data: dict[str, Any]) -> OffsetReset:
+    skipped, dropped = int(data["skipped"]), int(data.get("dropped_buffered", 0))
+    buffered = f", {dropped} of them read from the old log and never trained" if dropped else ""
+    message = (
+        f"{where}: offset {data['offset']} cannot be resumed ({data['reason']}; the partition holds "
+        f"{data['lo']}..{data['hi']}); offset_reset={policy}: resumed at {data['resumed_at']}, "
+        f"{skipped} record(s) skipped{buffered}"
+    )
+    return OffsetReset(int(data["resumed_at"]), skipped, message, {**data, "policy": policy})

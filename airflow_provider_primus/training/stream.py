@@ -29,7 +29,7 @@ from airflow_provider_primus.training.commits import OffsetCommitter
 from airflow_provider_primus.training.deadletters import DeadLetters, dead_letter_topic
 from airflow_provider_primus.training.decode import StreamDecoder
 from airflow_provider_primus.training.fetch import EventSink, Fetcher
-from airflow_provider_primus.training.offsets import StreamOffsetLost
+from airflow_provider_primus.training.offsets import StreamOffsetLost, with_dropped
 from airflow_provider_primus.training.stream_state import Seek, StreamState
 
 __all__ = ["StreamOffsetLost", "StreamSource", "dead_letter_topic"]
@@ -271,14 +271,16 @@ class StreamSource:
     def _apply_seek(self, partition: int, seek: Seek) -> None:
         state = self._state
         with state.cond:
+            dropped = 0
             if seek.drop:  # rows of a replaced log: their offsets mean nothing in the new one
                 kept = collections.deque(b for b in state.pending if _partition_of(b) != partition)
                 dropped = state.pending_rows - sum(len(b) for b in kept)
                 state.pending, state.pending_rows = kept, state.pending_rows - dropped
-                state.skipped_records += dropped
                 state.malformed_ahead[partition].clear()
             state.next_offset[partition] = seek.offset
             state.cond.notify_all()
+        if seek.reset is not None:  # outside the lock: the event goes to the job's sink
+            self._fetcher.report_reset(with_dropped(seek.reset, dropped))
 
     # -- serving ------------------------------------------------------------------------------------
 

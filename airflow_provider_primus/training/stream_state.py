@@ -17,16 +17,23 @@ from kafka import TopicPartition
 
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.training.availability import Availability
+from airflow_provider_primus.training.offsets import OffsetReset
 
 __all__ = ["RawItem", "Seek", "StreamState"]
 
 
 @dataclass(frozen=True)
 class Seek:
-    """A partition's new position after an offset reset; ``drop``: buffered rows are of a replaced log."""
+    """A partition's new position after an offset reset. ``reset``: a replaced log's reset, reported
+    (counted and its event sent) where the seek takes effect, once the rows buffered from the old
+    log are dropped and counted with it."""
 
     offset: int
-    drop: bool = False
+    reset: OffsetReset | None = None
+
+    @property
+    def drop(self) -> bool:
+        return self.reset is not None
 
 
 # Fetched blocks (partition, records) in order; (partition, Seek) moves a partition's position after

@@ -220,3 +220,38 @@ def test_a_log_truncated_under_a_running_consumer_is_handled_in_place(
         assert got == list(range(10))  # the new log, from its first record
     finally:
         src.close()
+
+
+def test_a_log_replaced_under_buffered_rows_reports_one_skipped_figure_and_a_fresh_lag(
+    topic_of_100: tuple[str, str],
+) -> None:
+    """The topic deleted and created again while 60 of its rows are read but not yet trained: those
+    rows are dropped (their offsets mean other records now) and counted as skipped, and the
+    ``StreamOffsetReset`` event, the stream's status and its checkpoint say the same number. The lag
+    then counts from the new log's end, not from the old log's high watermark."""
+    bootstrap, topic = topic_of_100
+    seen = Events()
+    src = StreamSource(_source(bootstrap, topic, "earliest"), start_offsets={0: 0}, on_event=seen)
+    try:
+        assert src.fill(100, timeout_s=30) == 100
+        taken = sum(len(b) for b in src.take(40))
+        assert taken == 40 and src.buffered() == 60
+        _recreate(bootstrap, topic)
+        _produce(bootstrap, topic, 10)
+        deadline = time.monotonic() + 60
+        while not seen.of("StreamOffsetReset"):
+            assert time.monotonic() < deadline, "no StreamOffsetReset after the topic was recreated"
+            src.wait(1.0)
+        (reset,) = seen.of("StreamOffsetReset")
+        message = next(m for t, m, _ in seen.seen if t == "StreamOffsetReset")
+        assert reset["log_replaced"] and reset["resumed_at"] == 0
+        assert reset["skipped"] == 60 and reset["dropped_buffered"] == 60, reset
+        assert "60 record(s) skipped" in message, message
+        assert src.health()["skipped_records"] == src.checkpoint_state()["skipped_records"] == 60
+        assert src.skipped_records == 60
+        got = _drain(src, 10)
+        assert got == list(range(10))  # the new log, from its first record
+        assert src.lag_records(timeout_s=10) == 0  # nothing left: the new log's end, not the old one
+        assert src.health()["lag"] == {"0": 0}
+    finally:
+        src.close()

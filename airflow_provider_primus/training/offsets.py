@@ -27,6 +27,7 @@ __all__ = [
     "planned_start",
     "replacement",
     "topic_log_identity",
+    "with_dropped",
 ]
 
 
@@ -114,19 +115,43 @@ def offset_reset(
     # Same log: records deleted before ``lo`` were never trained, nor are those jumped over. A new
     # log: its records before the target are skipped (the old log's rest is gone with it).
     skipped = max(0, lo - position) + max(0, target - max(position, lo)) if same_log else target - lo
-    return OffsetReset(
-        target=target,
-        skipped=skipped,
-        message=(
-            f"{where}: offset {position} cannot be resumed ({why}; the partition holds {lo}..{hi}); "
-            f"offset_reset={policy}: resumed at {target}, {skipped} record(s) skipped"
-        ),
-        data={
+    return _described(
+        where,
+        policy,
+        {
             "partition": partition,
             "offset": position,
             "resumed_at": target,
             "skipped": skipped,
             "reason": why,
             "log_replaced": not same_log,
+            "end_offset": hi,
         },
+        first=lo,
+    )
+
+
+def with_dropped(reset: OffsetReset, dropped: int) -> OffsetReset:
+    """The reset with the rows of the replaced log that were read but not yet trained (dropped when
+    its seek takes effect) counted in, so that its event and ``skipped_records`` are one figure."""
+    if not dropped:
+        return reset
+    data = {**reset.data, "skipped": reset.skipped + dropped, "dropped_buffered": dropped}
+    where = reset.message.split(":", 1)[0]
+    return _described(where, str(reset.data["policy"]), data, first=int(reset.data["first_offset"]))
+
+
+def _described(where: str, policy: str, data: dict[str, Any], *, first: int) -> OffsetReset:
+    skipped, dropped = int(data["skipped"]), int(data.get("dropped_buffered", 0))
+    buffered = f", {dropped} of them read from the old log and not yet trained" if dropped else ""
+    message = (
+        f"{where}: offset {data['offset']} cannot be resumed ({data['reason']}; the partition holds "
+        f"{first}..{data['end_offset']}); offset_reset={policy}: resumed at {data['resumed_at']}, "
+        f"{skipped} record(s) skipped{buffered}"
+    )
+    return OffsetReset(
+        target=int(data["resumed_at"]),
+        skipped=skipped,
+        message=message,
+        data={**data, "policy": policy, "first_offset": first},
     )

@@ -151,10 +151,20 @@ class JobMetrics(Collector):
             if (value := _number(progressive.get(key))) is not None:
                 auc.add_metric([j, window], value)
         yield auc
+        stream = figures.get("stream") or {}
         lag = self._gauge("primus_stream_lag_records", "Records on the broker not yet read", ("partition",))
-        for partition, records in sorted(((figures.get("stream") or {}).get("lag") or {}).items()):
+        for partition, records in sorted((stream.get("lag") or {}).items()):
             lag.add_metric([j, str(partition)], float(records))
         yield lag
+        skipped = CounterMetricFamily(
+            "primus_stream_skipped_records", "Stream records skipped by offset_reset", labels=("job",)
+        )
+        available = self._gauge("primus_stream_available", "1 while the stream's broker answers, else 0")
+        if stream:  # a job without a stream has neither figure
+            skipped.add_metric([j], float(stream.get("skipped_records") or 0))
+            if (up := stream.get("available")) is not None:
+                available.add_metric([j], 1.0 if up else 0.0)
+        yield from (skipped, available)
         age = self._gauge("primus_checkpoint_age_seconds", "Seconds since the trainer's last checkpoint")
         written = _number((report.get("checkpoint") or {}).get("time"))
         if written is not None:

@@ -6,9 +6,10 @@ rebalancing): the trainer, not the broker, owns the position.
 
 A broker that goes away is waited for, with backoff, for as long as it takes: connection errors and
 timeouts mark the stream unavailable (other sources train on) and the fetch position is kept, so
-nothing is skipped or read twice when it returns. A position that is gone (the broker says out of
-range, or that its log was truncated below it), or a log replaced under the topic's name, goes to the
-source's ``offset_reset`` policy (``offsets.py``) here, in the fetch thread.
+nothing is skipped or read twice when it returns; a broker never reached counts as away after as
+long as one that stops answering takes to notice (``NOT_REACHED_S``). A position that is gone (the
+broker says out of range, or that its log was truncated below it), or a log replaced under the
+topic's name, goes to the source's ``offset_reset`` policy (``offsets.py``) here, in the fetch thread.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -46,6 +48,10 @@ EventSink = Callable[[str, str, dict[str, Any]], None]
 
 PROBE_EVERY_S = 1.0  # how often the broker is asked for the partitions' end offsets (liveness)
 PROBE_TIMEOUT_MS = 2000  # a broker that does not answer in this long is unavailable
+# The longest a broker that stops answering mid-run goes unnoticed (the next probe is at most
+# PROBE_EVERY_S away and waits PROBE_TIMEOUT_MS): a broker not reached this long after the stream
+# started is unavailable too, although the consumer's first connection may go on trying for longer.
+NOT_REACHED_S = PROBE_EVERY_S + PROBE_TIMEOUT_MS / 1000
 
 
 class Fetcher:
@@ -74,6 +80,13 @@ class Fetcher:
         self._on_event = on_event
         self.consumer: Any = None  # used on the fetch thread only, until close()
         self._last_probe = 0.0
+        self._reached = False  # the broker answered once (the consumer bootstrapped)
+        # Partitions whose consumer-side high watermark predates a reset or an end that moved
+        # backwards: it is ignored until their next records arrive (the probe's answers count).
+        self._stale_highwater: set[int] = set()
+        # One availability change at a time, its event included: the fetch thread and the
+        # not-reached timer both report, and their events must come in the order of the changes.
+        self._availability_lock = threading.Lock()
 
     def run(self) -> None:
         """The fetch thread's body: fetch until stopped (or, bounded, until the end offsets), then
@@ -135,6 +148,7 @@ class Fetcher:
             if not batch:
                 continue
             polled[tp.partition] = batch[-1].offset + 1
+            self._stale_highwater.discard(tp.partition)  # this fetch set the consumer's highwater
             if end is not None and polled[tp.partition] >= end:
                 self.consumer.pause(tp)
             with state.cond:
@@ -155,7 +169,13 @@ class Fetcher:
         with state.cond:
             for tp, end in ends.items():
                 known = state.high.get(tp.partition)
-                state.high[tp.partition] = max(int(end), known or 0)
+                if known is not None and int(end) < known:
+                    # The end moved backwards (the log cut back or replaced): the lag counts from
+                    # where the partition ends now, not from a high watermark that is gone.
+                    self._stale_highwater.add(tp.partition)
+                    state.high[tp.partition] = int(end)
+                else:
+                    state.high[tp.partition] = max(int(end), known or 0)
             state.cond.notify_all()
         self._set_available(True)
 
@@ -163,7 +183,7 @@ class Fetcher:
         state = self._state
         with state.cond:
             for tp in state.tps:
-                high = self.consumer.highwater(tp)
+                high = None if tp.partition in self._stale_highwater else self.consumer.highwater(tp)
                 if high is not None:
                     state.high[tp.partition] = max(int(high), state.high.get(tp.partition) or 0)
                 elif state.high[tp.partition] is None and state.polls >= 1:
@@ -188,26 +208,37 @@ class Fetcher:
         if self._on_event is not None:
             self._on_event(type_, message, {"source": self.source.name, **data})
 
+    def not_reached(self) -> None:
+        """``NOT_REACHED_S`` after the stream started (the not-reached timer): a broker never reached
+        by then is unavailable, as one that stops answering mid-run is by then."""
+        if self._reached or self._state.stopping.is_set():
+            return
+        self._set_available(
+            False,
+            TimeoutError(f"the broker was not reached within {NOT_REACHED_S:.0f}s of the stream's start"),
+        )
+
     def _set_available(self, available: bool, error: BaseException | None = None) -> None:
         state = self._state
-        with state.cond:
-            if not state.availability.update(available, error, time.monotonic()):
-                return
+        with self._availability_lock:
+            with state.cond:
+                if not state.availability.update(available, error, time.monotonic()):
+                    return
+                if not available:
+                    state.cond.notify_all()  # a fill() waiting for rows serves without them
+                last_error, down = state.availability.last_error, state.availability.last_outage_s
             if not available:
-                state.cond.notify_all()  # a fill() waiting for rows serves without them
-            last_error, down = state.availability.last_error, state.availability.last_outage_s
-        if not available:
-            self._event(
-                "StreamUnavailable",
-                f"broker unavailable ({last_error}); other sources train on, reconnecting",
-                error=last_error,
-            )
-        else:
-            self._event(
-                "StreamRecovered",
-                f"broker available again after {down:.1f}s; the stream trains again",
-                outage_s=round(down or 0.0, 3),
-            )
+                self._event(
+                    "StreamUnavailable",
+                    f"broker unavailable ({last_error}); other sources train on, reconnecting",
+                    error=last_error,
+                )
+            else:
+                self._event(
+                    "StreamRecovered",
+                    f"broker available again after {down:.1f}s; the stream trains again",
+                    outage_s=round(down or 0.0, 3),
+                )
 
     # -- opening and offset policy -------------------------------------------------------------------
 
@@ -222,6 +253,7 @@ class Fetcher:
             self.consumer = None
         consumer = new_consumer(self.source, self._max_poll_records)
         self.consumer = consumer
+        self._reached = True
         start = self._requested_start
         if start is None:
             start = planned_start(self.source)
@@ -239,16 +271,19 @@ class Fetcher:
         positions: dict[int, int] = {}
         for tp in tps:
             want, lo, hi = int(start[tp.partition]), int(first[tp]), int(last[tp])
-            if replaced is not None:
-                positions[tp.partition] = self._reset(tp.partition, want, lo, hi, replaced, same_log=False)
+            if replaced is not None:  # nothing is buffered yet: nothing of the old log to drop
+                reset = self._policy(tp.partition, want, lo, hi, replaced, same_log=False)
+                positions[tp.partition] = self.report_reset(reset)
             elif not lo <= want <= hi:
                 why = lost_reason(want, lo)
-                positions[tp.partition] = self._reset(tp.partition, want, lo, hi, why, same_log=True)
+                reset = self._policy(tp.partition, want, lo, hi, why, same_log=True)
+                positions[tp.partition] = self.report_reset(reset)
             else:
                 positions[tp.partition] = want
         consumer.assign(tps)
         for tp in tps:
             consumer.seek(tp, positions[tp.partition])
+        self._stale_highwater.clear()  # a new consumer's high watermarks are all of the log it reads
         with state.cond:
             state.tps = tps
             state.log_identity = identity
@@ -261,31 +296,29 @@ class Fetcher:
             state.cond.notify_all()
         self._last_probe = time.monotonic()
 
-    def _reset(self, partition: int, position: int, lo: int, hi: int, why: str, *, same_log: bool) -> int:
-        """Where to go on when ``position`` cannot be resumed, per the source's ``offset_reset``;
-        raises ``StreamOffsetLost`` under ``fail``. What it skips is counted and reported."""
-        reset = self._policy(partition, position, lo, hi, why, same_log=same_log)
-        self.report_reset(reset)
-        return reset.target
-
     def _policy(
         self, partition: int, position: int, lo: int, hi: int, why: str, *, same_log: bool
     ) -> OffsetReset:
+        """Where to go on when ``position`` cannot be resumed, per the source's ``offset_reset``;
+        raises ``StreamOffsetLost`` under ``fail``. The partition's end is ``hi`` from now on: the
+        lag must not go on counting from a high watermark of records that are gone (a bounded
+        replay keeps its end: that is its high watermark for the lag)."""
         reset = offset_reset(self.source, partition, position, lo=lo, hi=hi, why=why, same_log=same_log)
-        with self._state.cond:
-            # The partition's end is the new log's (or the cut-back one's): the lag must not keep
-            # counting from a high watermark that is gone.
-            if self._state.end_offsets is None:  # a bounded replay's high watermark is its end
-                self._state.high[partition] = hi
-                self._state.cond.notify_all()
+        state = self._state
+        with state.cond:
+            self._stale_highwater.add(partition)
+            if partition in state.high and state.end_offsets is None:
+                state.high[partition] = hi
+            state.cond.notify_all()
         return reset
 
-    def report_reset(self, reset: OffsetReset) -> None:
-        """Count a reset's skipped records and send its event: one figure for both, whoever applies
-        it (this thread, or the decode thread after dropping a replaced log's buffered rows)."""
+    def report_reset(self, reset: OffsetReset) -> int:
+        """Count a reset's skipped records and send its event, the one figure for both (and so for
+        the status and the checkpoint); returns where the partition goes on."""
         with self._state.cond:
             self._state.skipped_records += reset.skipped
         self._event("StreamOffsetReset", reset.message, **reset.data)
+        return reset.target
 
     def _out_of_range(self, exc: OffsetOutOfRangeError, polled: dict[int, int]) -> None:
         """The broker says a fetch position is gone (retention, truncation): apply the policy."""
@@ -298,7 +331,8 @@ class Fetcher:
             position = int(lost.get(tp, polled.get(tp.partition, 0)))
             lo, hi = int(first[tp]), int(last[tp])
             why = lost_reason(position, lo)
-            self._seek(tp, self._reset(tp.partition, position, lo, hi, why, same_log=True), polled)
+            reset = self._policy(tp.partition, position, lo, hi, why, same_log=True)
+            self._seek(tp, self.report_reset(reset), polled)
 
     def _truncated(self, exc: LogTruncationError, polled: dict[int, int]) -> None:
         """The broker says its log was cut back below a fetch position (its data wiped, the topic
@@ -321,12 +355,14 @@ class Fetcher:
                 self.consumer.seek(tp, position)
                 continue
             why = "the log was truncated below it" + (f" (at offset {at.offset})" if at is not None else "")
-            self._seek(tp, self._reset(tp.partition, position, lo, hi, why, same_log=True), polled)
+            reset = self._policy(tp.partition, position, lo, hi, why, same_log=True)
+            self._seek(tp, self.report_reset(reset), polled)
 
     def _log_replaced(self, polled: dict[int, int]) -> bool:
         """After a poll: is the topic behind the name another log now (a broker whose data was wiped,
         a topic deleted and created again)? Then its offsets name other records: the policy decides,
-        and rows buffered from the old log are dropped (counted as skipped)."""
+        and rows buffered from the old log are dropped where the seek takes effect (the decode
+        thread), which counts and reports the reset with them."""
         state = self._state
         identity = topic_log_identity(self.consumer, self.source.topic)
         why = replacement(state.log_identity, identity)
@@ -338,15 +374,14 @@ class Fetcher:
         last = self.consumer.end_offsets(state.tps)
         for tp in state.tps:
             lo, hi = int(first[tp]), int(last[tp])
-            # Reported when the seek takes effect, with the rows buffered from the old log it drops.
             reset = self._policy(tp.partition, polled[tp.partition], lo, hi, why, same_log=False)
-            self._seek(tp, reset.target, polled, reset=reset)
+            self._seek(tp, reset.target, polled, replaced=reset)
         state.log_identity = identity
         return True
 
     def _seek(
-        self, tp: TopicPartition, offset: int, polled: dict[int, int], *, reset: OffsetReset | None = None
+        self, tp: TopicPartition, offset: int, polled: dict[int, int], *, replaced: OffsetReset | None = None
     ) -> None:
         self.consumer.seek(tp, offset)
         polled[tp.partition] = offset
-        self._put_raw((tp.partition, Seek(offset, reset)))
+        self._put_raw((tp.partition, Seek(offset, replaced)))

@@ -27,6 +27,7 @@ __all__ = [
     "planned_start",
     "replacement",
     "topic_log_identity",
+    "with_dropped",
 ]
 
 
@@ -124,26 +125,33 @@ def offset_reset(
             "skipped": skipped,
             "reason": why,
             "log_replaced": not same_log,
-            "lo": lo,
-            "hi": hi,
+            "end_offset": hi,
         },
+        first=lo,
     )
 
 
 def with_dropped(reset: OffsetReset, dropped: int) -> OffsetReset:
-    """The reset with the rows buffered from a replaced log (read, never trained, dropped when the
-    seek took effect) counted in: the event, the status and the checkpoint then carry one figure."""
+    """The reset with the rows of the replaced log that were read but not yet trained (dropped when
+    its seek takes effect) counted in, so that its event and ``skipped_records`` are one figure."""
+    if not dropped:
+        return reset
     data = {**reset.data, "skipped": reset.skipped + dropped, "dropped_buffered": dropped}
     where = reset.message.split(":", 1)[0]
-    return _described(where, str(reset.data.get("policy", "")), data)
+    return _described(where, str(reset.data["policy"]), data, first=int(reset.data["first_offset"]))
 
 
-def _described(where: str, policy: str, data: dict[str, Any]) -> OffsetReset:
+def _described(where: str, policy: str, data: dict[str, Any], *, first: int) -> OffsetReset:
     skipped, dropped = int(data["skipped"]), int(data.get("dropped_buffered", 0))
-    buffered = f", {dropped} of them read from the old log and never trained" if dropped else ""
+    buffered = f", {dropped} of them read from the old log and not yet trained" if dropped else ""
     message = (
         f"{where}: offset {data['offset']} cannot be resumed ({data['reason']}; the partition holds "
-        f"{data['lo']}..{data['hi']}); offset_reset={policy}: resumed at {data['resumed_at']}, "
+        f"{first}..{data['end_offset']}); offset_reset={policy}: resumed at {data['resumed_at']}, "
         f"{skipped} record(s) skipped{buffered}"
     )
-    return OffsetReset(int(data["resumed_at"]), skipped, message, {**data, "policy": policy})
+    return OffsetReset(
+        target=int(data["resumed_at"]),
+        skipped=skipped,
+        message=message,
+        data={**data, "policy": policy, "first_offset": first},
+    )

@@ -10,7 +10,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyarrow import flight
@@ -34,6 +34,10 @@ class JobReporter:
         self._state = ""
         self.rows = 0
         self.extra: dict[str, Any] = {}
+        # Figures of ``metrics`` read afresh for every report, not taken from the last step's summary:
+        # what a stream's broker is doing changes while no step is trained (idle, or every source
+        # waiting for it), and a report must not show it as it was at the last step.
+        self.live_metrics: dict[str, Callable[[], Any]] = {}
         self._events: list[dict[str, Any]] = []
         self._event_seq = 0
         self._stop = threading.Event()
@@ -84,6 +88,10 @@ class JobReporter:
                 wait += ongoing if self._state == "wait" else 0.0
                 busy += ongoing if self._state == "busy" else 0.0
             events = list(self._events)
+            extra = dict(self.extra)
+            live = dict(self.live_metrics)
+        if live:  # read outside the lock: a stream's figures take the stream's own
+            extra["metrics"] = {**(extra.get("metrics") or {}), **{k: read() for k, read in live.items()}}
         usage = own_usage()  # what a master that cannot see this process (a pod) learns of its use
         snap = {
             "wait_s": round(wait, 4),
@@ -92,7 +100,7 @@ class JobReporter:
             "cpu_s": usage["cpu_s"],
             "rss": usage["rss"],
             "usage_source": usage["source"],
-            **self.extra,
+            **extra,
         }
         if events:
             snap["events"] = events

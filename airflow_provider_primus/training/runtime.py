@@ -383,6 +383,9 @@ class Trainer:
         elapsed_before = self.metrics.elapsed_s
         try:
             policy = self._start(states)
+            stream = self._stream_feed()
+            if self.reporter is not None and stream is not None:
+                self.reporter.live_metrics["stream"] = stream.source.health
             now = time.monotonic()
             timers = _Timers(started, elapsed_before, checkpoint=now, publish=now, progress=now)
             while self._may_step():

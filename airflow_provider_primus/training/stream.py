@@ -28,7 +28,7 @@ from airflow_provider_primus.spec.sources import KafkaSource
 from airflow_provider_primus.training.commits import OffsetCommitter
 from airflow_provider_primus.training.deadletters import DeadLetters, dead_letter_topic
 from airflow_provider_primus.training.decode import StreamDecoder
-from airflow_provider_primus.training.fetch import EventSink, Fetcher
+from airflow_provider_primus.training.fetch import NOT_REACHED_S, EventSink, Fetcher
 from airflow_provider_primus.training.offsets import StreamOffsetLost, with_dropped
 from airflow_provider_primus.training.stream_state import Seek, StreamState
 
@@ -93,8 +93,12 @@ class StreamSource:
             threading.Thread(target=self._fetcher.run, name=f"primus-fetch-{source.name}", daemon=True),
             threading.Thread(target=self._decode_loop, name=f"primus-decode-{source.name}", daemon=True),
         ]
+        # A broker never reached is an outage like one that stops answering mid-run, noticed as soon.
+        self._not_reached = threading.Timer(NOT_REACHED_S, self._fetcher.not_reached)
+        self._not_reached.daemon = True
         for thread in self._threads:
             thread.start()
+        self._not_reached.start()
 
     # -- counters a checkpoint restores -------------------------------------------------------------
 
@@ -270,17 +274,17 @@ class StreamSource:
 
     def _apply_seek(self, partition: int, seek: Seek) -> None:
         state = self._state
+        dropped = 0
         with state.cond:
-            dropped = 0
-            if seek.drop:  # rows of a replaced log: their offsets mean nothing in the new one
+            if seek.replaced is not None:  # rows of a replaced log: their offsets mean nothing now
                 kept = collections.deque(b for b in state.pending if _partition_of(b) != partition)
                 dropped = state.pending_rows - sum(len(b) for b in kept)
                 state.pending, state.pending_rows = kept, state.pending_rows - dropped
                 state.malformed_ahead[partition].clear()
             state.next_offset[partition] = seek.offset
             state.cond.notify_all()
-        if seek.reset is not None:  # outside the lock: the event goes to the job's sink
-            self._fetcher.report_reset(with_dropped(seek.reset, dropped))
+        if seek.replaced is not None:  # counted and reported once, with what was dropped
+            self._fetcher.report_reset(with_dropped(seek.replaced, dropped))
 
     # -- serving ------------------------------------------------------------------------------------
 
@@ -361,6 +365,7 @@ class StreamSource:
     def close(self) -> None:
         state = self._state
         state.stopping.set()
+        self._not_reached.cancel()
         with state.cond:
             state.cond.notify_all()
         for thread in self._threads:

@@ -24,16 +24,12 @@ __all__ = ["RawItem", "Seek", "StreamState"]
 
 @dataclass(frozen=True)
 class Seek:
-    """A partition's new position after an offset reset. ``reset``: a replaced log's reset, reported
-    (counted and its event sent) where the seek takes effect, once the rows buffered from the old
-    log are dropped and counted with it."""
+    """A partition's new position after an offset reset. ``replaced``: the reset of a replaced log,
+    whose buffered rows are dropped where the seek takes effect; it is counted and reported there,
+    with them, so that its event and ``skipped_records`` are one figure."""
 
     offset: int
-    reset: OffsetReset | None = None
-
-    @property
-    def drop(self) -> bool:
-        return self.reset is not None
+    replaced: OffsetReset | None = None
 
 
 # Fetched blocks (partition, records) in order; (partition, Seek) moves a partition's position after
@@ -67,7 +63,9 @@ class StreamState:
             collections.deque
         )
         self.dead_lettered = 0  # at or behind the trained position
-        self.skipped_records = 0  # skipped by an offset_reset policy (never silently)
+        # Skipped by an offset_reset policy (never silently): the sum of the resets' own counts, each
+        # the figure its StreamOffsetReset event reports.
+        self.skipped_records = 0
 
     def fail(self, exc: BaseException) -> None:
         with self.cond:

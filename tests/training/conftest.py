@@ -6,7 +6,9 @@ for each sample. Stream events get row ids after the history's.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,7 +23,9 @@ import torch
 import yaml
 from kafka import KafkaConsumer
 
-from airflow_provider_primus.data.sources.kafka import produce
+from airflow_provider_primus.data.sources.kafka import ensure_topic, produce
+from airflow_provider_primus.embedded.kafka import EmbeddedKafka, ensure_distribution
+from airflow_provider_primus.embedded.kafka.broker import free_port
 from airflow_provider_primus.spec.sources import KafkaSource
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
@@ -202,3 +206,41 @@ def letters_on(bootstrap: str, topic: str, expected: int) -> list[Any]:
         consumer.close()
     assert len(letters) == expected, [dict(m.headers)["primus.error"] for m in letters[:5]]
     return letters
+
+
+class OwnBroker:
+    """A broker of the test's own, stopped and started again on the same port and data: what an
+    outage looks like to its clients (the session's broker is shared, and stays up)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.bootstrap_servers = f"127.0.0.1:{self.port}"
+        self._kafka: EmbeddedKafka | None = None
+
+    def start(self) -> None:
+        # Tagged with the session's instance: a broker a failed test leaves is found as a leak.
+        self._kafka = EmbeddedKafka(
+            ensure_distribution(), self.workdir, port=self.port, instance=f"pytest-{os.getpid()}"
+        )
+        self._kafka.start()
+
+    def stop(self) -> None:
+        if self._kafka is not None:
+            self._kafka.stop()
+            self._kafka = None
+
+    def topic(self, name: str, messages: list[bytes]) -> None:
+        ensure_topic(self.bootstrap_servers, name)
+        produce(self.bootstrap_servers, name, messages)
+
+
+@contextlib.contextmanager
+def own_broker(workdir: Path) -> Iterator[OwnBroker]:
+    """A broker of the test's own under ``workdir``, not started yet (the test starts and stops it
+    when its story needs); stopped on the way out."""
+    broker = OwnBroker(workdir)
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -30,6 +30,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from airflow_provider_primus.errors import PrimusError
+
 __all__ = [
     "ADVERTISE_ENV",
     "CA_FILE",
@@ -59,7 +61,7 @@ CA_KEY_FILE = "ca.key"
 VALID_DAYS = 365
 
 
-class TlsError(RuntimeError):
+class TlsError(PrimusError):
     """A job's TLS material is missing or unusable (the message says which and where)."""
 
 

@@ -1,7 +1,9 @@
-"""Placeholder DAG: proves the provider loads in Airflow and that a worker can run Primus jobs.
+"""Can this worker run Primus jobs? Trigger it on a new or changed worker before the real DAGs.
 
-The Airflow-surface issue replaces it with the reference DAGs (daily windows joined to a streaming
-trainer).
+One ``PrimusDoctorOperator`` task runs the checks of ``primus doctor`` on the worker that picks it up
+(the Python version, Java, the Kafka distribution's jars in the shared cache; Maven and the
+Kubernetes binaries as optional ones) and fails naming what is missing and how to fix it; its XCom
+maps each check to whether it passed. No schedule: a worker's setup changes when someone changes it.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from airflow_provider_primus.bench.errors import BenchmarkError
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobStore, SqliteJobStore
@@ -44,10 +45,6 @@ FILES_PER_HOUR = 2
 SEED = 11
 MIB = 2**20
 SPARSE = {"user_id": 10_007, "item_id": 5_003, "category": 97, "city": 211, "device": 7}
-
-
-class BenchmarkError(RuntimeError):
-    pass
 
 
 def write_logs(root: Path, rows: int, files: int, distinct: int = 4) -> int:

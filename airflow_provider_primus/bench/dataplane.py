@@ -56,6 +56,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import yaml
 
+from airflow_provider_primus.bench.errors import BenchmarkError
 from airflow_provider_primus.credentials import new_token
 from airflow_provider_primus.data.graph import TaskGraph
 from airflow_provider_primus.data.planner import PlanOptions, plan
@@ -93,10 +94,6 @@ SAMPLE_S = 0.05
 EXIT_WAIT_S = 5.0
 STALL_S = 60.0  # a loader without data this long fails the run instead of waiting (default 600 s)
 MIB = 1024 * 1024
-
-
-class BenchmarkError(RuntimeError):
-    """A variant delivered other output than planned: its figures would be meaningless."""
 
 
 # -- data -------------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from airflow_provider_primus.bench.errors import BenchmarkError
 from airflow_provider_primus.data.sources.kafka import produce
 from airflow_provider_primus.embedded.kafka import EmbeddedKafka, ensure_distribution
 from airflow_provider_primus.embedded.kafka.broker import free_port
@@ -109,7 +110,7 @@ class TrialResult:
     history_left_at_hang: int = 0
 
 
-class TrialError(RuntimeError):
+class TrialError(BenchmarkError):
     """The job did not get where the trial needs it to (the message says where it stopped)."""
 
 

@@ -18,11 +18,11 @@ scored before any update that trains on it (progressive validation). Three setti
   backfill of logs years old), trained with the defaults: the clock must not take a replay of the
   past for a stream that lags by years;
 - **stationary world** (``stationary_world_*``): the live world without the items' popularity
-  lifecycle (``World.item_lifecycle=False``, the generator before issue #20), trained with the
+  lifecycle (``World.item_lifecycle=False``), trained with the
   defaults: what fresh training gains when only the latent interests drift and items are born, shown
   beside the default world so that neither hides the other.
 
-The targets (issue #20) are on the defaults: mixed beats batch-only and stream-only by
+The targets are on the defaults: mixed beats batch-only and stream-only by
 ``TARGET_MARGIN`` AUC on the live data, and batch-only by as much on the old log (the generator's
 default world, with the lifecycle; the stationary world's figures are reported, not targeted).
 

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from airflow_provider_primus.bench.autoscale import documents, write_logs
+from airflow_provider_primus.bench.errors import BenchmarkError
 from airflow_provider_primus.embedded.kube.binaries import ensure_binaries
 from airflow_provider_primus.embedded.kube.cluster import KubeCluster
 from airflow_provider_primus.kubernetes.client import KubeApi, resource_path
@@ -47,10 +48,6 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "bench"
 JOB = "bench-k8s"
-
-
-class BenchmarkError(RuntimeError):
-    pass
 
 
 def _job_document(root: Path, low: int, high: int) -> Path:

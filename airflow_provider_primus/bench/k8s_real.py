@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from airflow_provider_primus.bench.autoscale import FILES_PER_HOUR, documents, write_logs
-from airflow_provider_primus.bench.k8s import BenchmarkError
+from airflow_provider_primus.bench.errors import BenchmarkError
 from airflow_provider_primus.embedded.kube.local import LocalCluster
 from airflow_provider_primus.embedded.kube.project_image import DATA, TRAINER, ensure_project_images
 from airflow_provider_primus.kubernetes.client import KubeApi, resource_path

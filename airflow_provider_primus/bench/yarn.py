@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from airflow_provider_primus.bench.autoscale import BenchmarkError, documents, finish, write_logs
+from airflow_provider_primus.bench.autoscale import documents, finish, write_logs
+from airflow_provider_primus.bench.errors import BenchmarkError
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import SqliteJobStore

@@ -89,8 +89,8 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--stationary-items",
         action="store_true",
-        help="no item popularity lifecycle (novelty that fades with age, trending shocks): the world "
-        "before issue #20, row for row",
+        help="no item popularity lifecycle (novelty that fades with age, trending shocks): a "
+        "stationary world, every other draw the same",
     )
     parser.add_argument(
         "--bootstrap-servers",

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from airflow_provider_primus.data.model import MissingPartition
+from airflow_provider_primus.errors import PrimusError
 
 
-class PlanCancelled(RuntimeError):
+class PlanCancelled(PrimusError):
     """Planning was cancelled (Ctrl-C, a killed Airflow task); nothing partial is returned."""
 
 
-class MissingPartitionError(RuntimeError):
+class MissingPartitionError(PrimusError):
     """A partition required by policy ``fail`` (or still absent after ``wait``) is missing."""
 
     def __init__(self, missing: MissingPartition) -> None:
@@ -17,7 +18,7 @@ class MissingPartitionError(RuntimeError):
         self.missing = missing
 
 
-class CorruptFileError(RuntimeError):
+class CorruptFileError(PrimusError):
     """A data file that cannot be read or decoded (corrupt, truncated, not of its format)."""
 
     def __init__(self, path: str, detail: str) -> None:

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.yarn.config import load_conf
 from airflow_provider_primus.yarn.kerberos import HDFS_TOKEN_FILE_ENV, KerberosLogin, RequestsSpnegoAuth
 
@@ -29,7 +30,7 @@ __all__ = ["HdfsError", "open_hdfs", "webhdfs_info"]
 _filesystems: dict[tuple[str, ...], pafs.FileSystem] = {}
 
 
-class HdfsError(RuntimeError):
+class HdfsError(PrimusError):
     """An ``hdfs://`` URI cannot be opened; the message says which setting is missing."""
 
 

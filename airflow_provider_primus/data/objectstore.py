@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.spec.storage import Credentials, ObjectStorage, uri_scheme
 
 __all__ = [
@@ -63,7 +64,7 @@ class ResolvedAccess:
         return f"ResolvedAccess({self.credentials!r}, endpoint={self.endpoint!r}, region={self.region!r})"
 
 
-class ObjectStoreError(OSError):
+class ObjectStoreError(OSError, PrimusError):
     """An object store refused or failed a request; the message names the source (or what was being
     written), the location and the kind of failure, never a credential."""
 

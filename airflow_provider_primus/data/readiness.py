@@ -25,6 +25,7 @@ import pyarrow.fs as pafs
 
 from airflow_provider_primus.data.model import MissingPartition
 from airflow_provider_primus.data.sources.files import list_partition, open_source_filesystem, partition_times
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.spec.errors import SpecError
 from airflow_provider_primus.spec.loader import load_data_spec
 from airflow_provider_primus.spec.sources import FileSource
@@ -42,7 +43,7 @@ __all__ = [
 DEFAULT_WORKERS = 16
 
 
-class ReadinessError(ValueError):
+class ReadinessError(ValueError, PrimusError):
     """The question cannot be asked: unreadable spec, unknown or non-files source, or a bad range.
 
     Waiting cannot fix any of these, so callers fail at once instead of polling until a timeout.

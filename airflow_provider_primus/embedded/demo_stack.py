@@ -34,6 +34,7 @@ import yaml
 from airflow_provider_primus.embedded.airflow_local import COMPONENTS, PRIVATE_UMASK, AirflowLocal
 from airflow_provider_primus.embedded.kafka import broker
 from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION, ensure_distribution
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.gen.live import Schedule
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 from airflow_provider_primus.spec.status import is_terminal
@@ -46,7 +47,7 @@ DAGS = ("primus_streaming_trainer", "primus_daily_backfill")
 TRAINER_CPU, TRAINER_CPU_MAX = 0.5, 1.5
 
 
-class DemoError(RuntimeError):
+class DemoError(PrimusError):
     pass
 
 

@@ -10,7 +10,7 @@ mean-reverting (AR(1)s with a stationary variance) rather than plain random walk
 vectors grow without bound, which would inflate affinities and shift the click rate over time, a change
 any recent data would "win" on without learning anything about the users.
 
-**The item lifecycle** (``item_lifecycle``, on by default since issue #20): in real interaction logs
+**The item lifecycle** (``item_lifecycle``, on by default): in real interaction logs
 the least stationary signal is the item's own popularity — items are born, are shown and clicked most
 while new, and fade; some trend for a day or two — which is why fresh training wins in production
 (docs/benchmarks.md, ``primus bench hybrid``, cites what real logs show). Each item has a *heat*, in
@@ -19,9 +19,8 @@ its birth and ``trend`` an AR(1) per item with stationary std ``trend_std`` that
 ``trend_half_life_days`` (daily trending shocks). Heat adds to the item's click logit and to its score
 for the exposure ranking below, so a new or trending item is both shown more and clicked more. Day 0's
 items have ages spread over the days the birth rate took to make them, so the world starts in its
-steady state. ``item_lifecycle=False`` (``primus gen --stationary-items``) is the world before issue
-#20, bit for bit: the lifecycle draws from its own generator stream, so turning it off shifts no other
-number.
+steady state. ``item_lifecycle=False`` (``primus gen --stationary-items``) is the stationary world:
+the lifecycle draws from its own generator stream, so turning it off shifts no other number.
 
 The model, per day ``d`` (all of it vectorised numpy, no Python loop per row):
 
@@ -97,7 +96,7 @@ class World:
     click's label that many seconds after its impression; stream events are then produced in order of
     label availability (non-clicks at impression time) while ``ts`` stays the impression time.
     ``item_lifecycle`` and the four fields after it are the items' popularity lifecycle (module
-    docstring); ``item_lifecycle=False`` is the stationary world of before issue #20.
+    docstring); ``item_lifecycle=False`` is the stationary world.
 
     The lifecycle's values are round figures inside what real logs show, chosen once, before any
     benchmark ran on them (not fitted to make a training mode win): a novelty worth e^1 (about 2.7

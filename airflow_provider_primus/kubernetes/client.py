@@ -44,6 +44,7 @@ from tenacity import (
 )
 from tenacity.wait import wait_base
 
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.master.client import retry_after_s
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 T = TypeVar("T")
 
 
-class KubeError(RuntimeError):
+class KubeError(PrimusError):
     """A refused request: ``status`` is the HTTP code, ``reason`` the apiserver's (Conflict, …),
     ``causes`` the field errors ``[(field, message)]`` of an Invalid answer, ``retry_after`` the
     seconds the server asked the client to wait (``Retry-After``), if it did."""

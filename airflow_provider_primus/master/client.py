@@ -32,6 +32,7 @@ from tenacity import (
     wait_random,
 )
 
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.spec.status import Event, JobStatus
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class Logger(Protocol):
     def info(self, msg: str, /, *args: Any) -> Any: ...
 
 
-class ControlError(RuntimeError):
+class ControlError(PrimusError):
     """A control call failed for good: refused by the master, or no answer after the retries."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
@@ -58,7 +59,7 @@ class ControlError(RuntimeError):
         self.status = status
 
 
-class Transient(Exception):
+class Transient(PrimusError):
     """Worth another try: no master yet or none reachable, or an overloaded or failing one (429, 5xx).
 
     Raised by a resolver too, when the job has no master to call yet."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from airflow_provider_primus.data.service.auth import advertised_host, bind_host
 from airflow_provider_primus.data.service.dispatcher import Dispatcher
+from airflow_provider_primus.errors import TerminalError
 from airflow_provider_primus.master.api import ApiServer, JobControl, create_app
 from airflow_provider_primus.master.commands import executor_command
 from airflow_provider_primus.master.dataservice import JobData
@@ -46,7 +47,7 @@ from airflow_provider_primus.master.store import JobNotFound, JobStore, SqliteJo
 from airflow_provider_primus.master.store_health import StoreHealth
 from airflow_provider_primus.master.telemetry import Telemetry
 from airflow_provider_primus.master.trainers import TrainerGroup
-from airflow_provider_primus.resources.backend import Allotment, Backend, BackendUnusableError, Observation
+from airflow_provider_primus.resources.backend import Allotment, Backend, Observation
 from airflow_provider_primus.resources.local import LocalBackend
 from airflow_provider_primus.spec.job import PrimusJob
 from airflow_provider_primus.spec.loader import load_data_spec, load_training_spec
@@ -96,7 +97,7 @@ class Master:
         if backend is None and backend_factory is not None:
             try:
                 backend = backend_factory(self)
-            except BackendUnusableError as exc:  # nothing will ever run: say so in the status
+            except TerminalError as exc:  # nothing will ever run: say so in the status
                 message = f"the {self.job.spec.backend.type} backend cannot run this job: {exc}"
                 StatusPublisher(store, name, on_status).failed(previous, message, {})
                 self.events.emit(EventType.FAILED, message)
@@ -207,7 +208,7 @@ class Master:
                     self.phase, self.message = Phase.STOPPED, "the job object was deleted"
                     log.info("job %s deleted: stopping its executors", self.name)
                     break
-                except BackendUnusableError as exc:  # no retry can help: fail now, saying why
+                except TerminalError as exc:  # no retry can help: fail now, saying why
                     log.error("the backend cannot go on: %s", exc)
                     self._fail(f"the {self.job.spec.backend.type} backend cannot go on: {exc}")
                     break

@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.master.dataservice import JobData
 from airflow_provider_primus.master.events import EventLog
 from airflow_provider_primus.master.executors import Executors
@@ -29,7 +30,7 @@ from airflow_provider_primus.spec.status import TERMINAL, JobStatus, Phase
 __all__ = ["MasterError", "StatusPublisher", "job_status", "refuse_second_master"]
 
 
-class MasterError(RuntimeError):
+class MasterError(PrimusError):
     pass
 
 

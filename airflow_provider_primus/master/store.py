@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.paths import primus_home
 from airflow_provider_primus.spec.status import Event as StatusEvent
 from airflow_provider_primus.spec.status import JobStatus
@@ -39,16 +40,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class JobNotFound(KeyError):
+class JobNotFound(KeyError, PrimusError):
     def __str__(self) -> str:
         return f"no job named {self.args[0]!r}"
 
 
-class JobExists(ValueError):
+class JobExists(ValueError, PrimusError):
     pass
 
 
-class Conflict(RuntimeError):
+class Conflict(PrimusError):
     """The object changed since it was read: re-read, re-apply, retry."""
 
 

@@ -14,9 +14,10 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_primus.diagnostics import healthy, run_checks
 from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION
+from airflow_provider_primus.errors import PrimusError
 
 
-class PrimusWorkerNotReady(RuntimeError):
+class PrimusWorkerNotReady(PrimusError):
     """The worker lacks something a Primus job needs."""
 
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.spec.status import JobStatus, Phase, WindowStatus, is_terminal
 
 
-class PrimusJobFailed(RuntimeError):
+class PrimusJobFailed(PrimusError):
     """The job ended other than Succeeded (or the wait could not go on); its message says why."""
 
 

@@ -13,12 +13,11 @@ from typing import Any, Protocol
 
 from airflow_provider_primus.errors import TerminalError
 
-
-class BackendUnusableError(TerminalError):
-    """The backend cannot run this job at all (its cluster's configuration asks for something the
-    backend does not speak), or can no longer (the YARN application holding the job's containers has
-    ended): the job fails at once with the message, where a transient error (a cluster briefly
-    unreachable) is retried and would otherwise be left to a restarted master."""
+# A backend that cannot run a job at all (its cluster's configuration asks for something the backend
+# does not speak), or can no longer (the YARN application holding the job's containers has ended),
+# raises a ``TerminalError``: the master fails the job at once with the message, where a transient
+# error (a cluster briefly unreachable) is retried. The name stays for backends and callers that use it.
+BackendUnusableError = TerminalError
 
 
 @dataclass(frozen=True)

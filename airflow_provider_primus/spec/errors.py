@@ -19,6 +19,8 @@ from typing import Any, NoReturn
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
+from airflow_provider_primus.errors import PrimusError
+
 Loc = tuple[str | int, ...]
 
 # The error type our validators raise when one check finds several problems, or a problem that belongs
@@ -37,7 +39,7 @@ class SpecIssue:
         return f"{self.path}: {self.message}"
 
 
-class SpecError(ValueError):
+class SpecError(ValueError, PrimusError):
     """Every problem found in a document, so one edit-and-rerun cycle can fix them all.
 
     A ``ValueError`` because a bad spec is a bad value: callers that validate user input already catch

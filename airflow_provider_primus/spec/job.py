@@ -2,7 +2,7 @@
 
 The data and training documents say *what* is read and trained; this one says with which executors.
 Quantities are written the Kubernetes way (``cpu: 500m`` or ``0.5``; ``memory: 512Mi``) so the same
-document becomes a custom resource unchanged (issue "Kubernetes backend"). ``status`` belongs to
+document becomes a custom resource unchanged (the Kubernetes backend's ``PrimusJob``). ``status`` belongs to
 the master alone: a submitted document that carries one is refused rather than silently ignored.
 """
 

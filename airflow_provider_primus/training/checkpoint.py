@@ -23,13 +23,15 @@ from typing import IO, Any
 import torch
 from torch.serialization import MAP_LOCATION
 
+from airflow_provider_primus.errors import PrimusError
+
 log = logging.getLogger(__name__)
 
 TMP_PREFIX = ".tmp-"
 _CKPT_RE = re.compile(r"ckpt-(\d{12,})\.pt")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(PrimusError):
     """Checkpoints exist but none can be loaded: resuming from scratch would silently lose the run."""
 
 

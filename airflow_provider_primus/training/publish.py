@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch.serialization import MAP_LOCATION
 
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.training.checkpoint import TMP_PREFIX, atomic_write_bytes, fsync_dir
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ _VERSION_RE = re.compile(r"v(\d{6,})")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
-class SnapshotIntegrityError(RuntimeError):
+class SnapshotIntegrityError(PrimusError):
     """A snapshot's bytes differ from what its manifest recorded at publish time: do not serve it."""
 
 

@@ -45,16 +45,3 @@ class TraceWriter:
     def close(self) -> None:
         if not self._stdout:
             self._file.close()
-
-
-def read_trace(path: Path, until_step: int | None = None) -> list[dict[str, Any]]:
-    """Steps from a trace; ``until_step`` keeps steps up to and including it (a checkpoint's)."""
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue  # the torn last line of a killed run
-        if until_step is None or entry["step"] <= until_step:
-            out.append(entry)
-    return out

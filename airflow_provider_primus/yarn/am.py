@@ -12,10 +12,12 @@ from urllib.parse import quote
 
 import httpx
 
+from airflow_provider_primus.errors import PrimusError
+
 __all__ = ["AmClient", "AmError", "AmUnreachable"]
 
 
-class AmError(RuntimeError):
+class AmError(PrimusError):
     """The ApplicationMaster answered with an error (``status``: 404 unknown, 409 conflict, ...)."""
 
     def __init__(self, message: str, status: int) -> None:
@@ -23,7 +25,7 @@ class AmError(RuntimeError):
         self.status = status
 
 
-class AmUnreachable(RuntimeError):
+class AmUnreachable(PrimusError):
     """No ApplicationMaster answers at this address (it exited; a new attempt may be starting)."""
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from airflow_provider_primus.resources.backend import BackendUnusableError
+from airflow_provider_primus.errors import PrimusError, TerminalError
 from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
 from airflow_provider_primus.tls import CA_FILE, CA_KEY_FILE, JobCa, verify_context
 from airflow_provider_primus.yarn.am import AmClient
@@ -66,16 +66,16 @@ FORWARDED_ENV = ("PYTHONPATH", "PRIMUS_HOME", "PRIMUS_CACHE_DIR")
 AM_IDLE_TIMEOUT_S = 600  # the AM gives up when no master called it for this long
 
 
-class YarnApplicationError(RuntimeError):
+class YarnApplicationError(PrimusError):
     """The application could not be submitted or has ended; the message says which and why."""
 
 
-class YarnApplicationEndedError(YarnApplicationError, BackendUnusableError):
+class YarnApplicationEndedError(YarnApplicationError, TerminalError):
     """The application has ended (finished, failed, killed): its containers are gone and no attempt
     of its ApplicationMaster will come, so the job cannot go on in it."""
 
 
-class YarnUnsupportedError(YarnApplicationError, BackendUnusableError):
+class YarnUnsupportedError(YarnApplicationError, TerminalError):
     """The cluster cannot be spoken to as configured (Kerberos without credentials or without the
     gssapi package, a user that is not the principal's): no master restart will help."""
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_provider_primus.embedded.buildcache import locked, record_build_time, replace_dir
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.paths import cache_dir
 
 __all__ = [
@@ -40,7 +41,7 @@ AM_CLASS = "dev.primus.yarn.ApplicationMaster"
 MINI_CLUSTER_CLASS = "dev.primus.yarn.MiniCluster"
 
 
-class YarnBuildError(RuntimeError):
+class YarnBuildError(PrimusError):
     """The YARN jars could not be built; the message shows Maven's output."""
 
 

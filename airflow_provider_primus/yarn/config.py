@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from airflow_provider_primus.errors import PrimusError
+
 __all__ = ["HadoopConf", "HadoopConfError", "load_conf"]
 
 FILES = ("core-site.xml", "hdfs-site.xml", "yarn-site.xml")
@@ -43,7 +45,7 @@ DEFAULTS = {
 _REF = re.compile(r"\$\{([^}$\s]+)\}")
 
 
-class HadoopConfError(RuntimeError):
+class HadoopConfError(PrimusError):
     """The configuration directory is missing or unreadable; the message names the file."""
 
 

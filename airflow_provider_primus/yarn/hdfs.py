@@ -15,10 +15,12 @@ from typing import Any
 
 import httpx
 
+from airflow_provider_primus.errors import PrimusError
+
 __all__ = ["FileStatus", "WebHdfs", "WebHdfsError"]
 
 
-class WebHdfsError(RuntimeError):
+class WebHdfsError(PrimusError):
     """A WebHDFS call failed; the message names the operation, the path and the NameNode's answer."""
 
 

@@ -27,6 +27,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from airflow_provider_primus.errors import PrimusError
+
 if TYPE_CHECKING:
     import requests
 
@@ -46,7 +48,7 @@ HDFS_TOKEN_FILE_ENV = "PRIMUS_HDFS_TOKEN_FILE"
 SPNEGO_OID = b"\x2b\x06\x01\x05\x05\x02"  # 1.3.6.1.5.5.2
 
 
-class KerberosError(RuntimeError):
+class KerberosError(PrimusError):
     """No usable Kerberos credentials, or the server's SPNEGO answer did not verify; the message
     says which and how to fix it (never a ticket or key)."""
 

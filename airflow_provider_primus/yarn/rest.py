@@ -13,13 +13,15 @@ from typing import Any
 
 import httpx
 
+from airflow_provider_primus.errors import PrimusError
+
 __all__ = ["ResourceManager", "YarnRestError", "node_containers"]
 
 # Application states in which it may still run containers.
 UNFINISHED = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 
 
-class YarnRestError(RuntimeError):
+class YarnRestError(PrimusError):
     """A REST call failed; the message names the call and carries the server's answer."""
 
     def __init__(self, message: str, status: int | None = None) -> None:

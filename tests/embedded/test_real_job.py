@@ -580,7 +580,7 @@ def move_to_object_store(world: PodJobWorld, state: S3State, endpoint: str) -> s
 def test_two_trainers_in_pods_read_and_checkpoint_on_the_object_store_over_tls(
     pod_world: Callable[[int], PodJobWorld], s3_server: S3State, pods_s3: str
 ) -> None:
-    """Issue #22's full job on the object store and #23's trainer group in pods: the history read
+    """The full job on the object store and a trainer group in pods: the history read
     from S3 by the master (planning) and the data executor pods, checkpoints written there by the
     trainers, every port on the job's TLS; one trainer pod of two killed mid-run, the group restarted
     from its checkpoint in S3, every row and record trained exactly once."""

@@ -42,11 +42,12 @@ from typing import Any
 
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.service.intervals import IntervalSet
+from airflow_provider_primus.errors import PrimusError
 
 PENDING, LEASED, SENT, DONE, QUARANTINED = "pending", "leased", "sent", "done", "quarantined"
 
 
-class JobFailed(RuntimeError):
+class JobFailed(PrimusError):
     """Too large a share of the graph's tasks is quarantined."""
 
 

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_provider_primus.credentials import TOKEN_ENV
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.process import primus_command, stop_process_group, tied_to_launcher
 
 
-class ExecutorStartError(RuntimeError):
+class ExecutorStartError(PrimusError):
     pass
 
 

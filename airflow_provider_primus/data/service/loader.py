@@ -30,10 +30,11 @@ from airflow_provider_primus.data.service.dispatcher_server import DispatcherCli
 from airflow_provider_primus.data.service.intervals import IntervalSet
 from airflow_provider_primus.data.service.wire import dumps, loads
 from airflow_provider_primus.data.tensors import TensorBatch, to_tensors
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.tls import JobCa
 
 
-class DataServiceError(RuntimeError):
+class DataServiceError(PrimusError):
     """The job failed (too many quarantined tasks) or the service stopped answering."""
 
 

@@ -21,9 +21,10 @@ from kafka.errors import TopicAlreadyExistsError
 from airflow_provider_primus.data.sources.kafka_client import KafkaTarget, admin_client, kafka_client
 from airflow_provider_primus.data.sources.kafka_client import consumer as _consumer
 from airflow_provider_primus.data.sources.kafka_client import producer as _producer
+from airflow_provider_primus.errors import PrimusError
 
 
-class KafkaPlanError(RuntimeError):
+class KafkaPlanError(PrimusError):
     pass
 
 

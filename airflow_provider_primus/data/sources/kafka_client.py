@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from kafka.errors import KafkaError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError
 
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.spec.kafka import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaSecurity
 from airflow_provider_primus.spec.sources import KafkaSource
 
@@ -54,12 +55,12 @@ SECURED_BOOTSTRAP_TIMEOUT_MS = 10_000
 _log = logging.getLogger(__name__)
 
 
-class KafkaClientError(ValueError):
+class KafkaClientError(ValueError, PrimusError):
     """A source's client settings cannot be used in this process (a password variable unset, a TLS
     file missing, an Airflow connection not resolved); the message names the source."""
 
 
-class KafkaAuthError(RuntimeError):
+class KafkaAuthError(PrimusError):
     """The cluster refused the client's credentials or certificate: permanent, never retried as an
     outage. The message names the source, the servers and the settings, never a secret."""
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from airflow_provider_primus.embedded.kafka.distribution import KafkaDistribution
 from airflow_provider_primus.embedded.kafka.tls import BrokerTls, ensure_broker_tls
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 
 LOOPBACK = "127.0.0.1"
@@ -43,7 +44,7 @@ LOOPBACK = "127.0.0.1"
 INSTANCE_PROPERTY = "primus.embedded.kafka"
 
 
-class BrokerError(RuntimeError):
+class BrokerError(PrimusError):
     """The broker could not start or stop; the message carries the tail of its log."""
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.paths import cache_dir
 
 DEFAULT_KAFKA_VERSION = os.environ.get("PRIMUS_KAFKA_VERSION", "4.1.1")
@@ -30,7 +31,7 @@ _SLF4J_BINDINGS = re.compile(
 )
 
 
-class KafkaDistributionError(RuntimeError):
+class KafkaDistributionError(PrimusError):
     """The broker's jars are missing or cannot be resolved; the message says how to fix it."""
 
 

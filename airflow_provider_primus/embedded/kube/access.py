@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from airflow_provider_primus.errors import PrimusError
+
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
@@ -31,7 +33,7 @@ ADMIN = "admin"
 SCHEDULER_USER = "system:kube-scheduler"
 
 
-class KubeClusterError(RuntimeError):
+class KubeClusterError(PrimusError):
     """A component could not start or a wait ran out; the message carries the relevant log tail."""
 
 

@@ -35,6 +35,7 @@ from airflow_provider_primus.embedded.buildcache import (
     run_go,
     stamped,
 )
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.paths import cache_dir as default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def _kube_ldflags(version: str) -> str:
 KWOK_LDFLAGS = "-s -w"
 
 
-class KubeBinariesError(RuntimeError):
+class KubeBinariesError(PrimusError):
     """The binaries are missing and could not be built; the message carries the tail of Go's output."""
 
 

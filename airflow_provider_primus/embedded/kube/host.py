@@ -21,6 +21,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from airflow_provider_primus.errors import PrimusError
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods"
 # Paths the kubelet, containerd and the CNI plugins use whatever they are configured with.
@@ -36,7 +38,7 @@ CNI_PLUGINS = ("bridge", "host-local", "loopback")
 COMMANDS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "mount", "umount")
 
 
-class HostError(RuntimeError):
+class HostError(PrimusError):
     """The machine cannot run the node, or refused a change; the message says what and why."""
 
 

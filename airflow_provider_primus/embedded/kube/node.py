@@ -44,6 +44,7 @@ from airflow_provider_primus.embedded.kube.cluster import _get, _unverified_tls,
 from airflow_provider_primus.embedded.kube.images import CGROUP_PROBE, PAUSE, ensure_image
 from airflow_provider_primus.embedded.kube.relay import TcpRelay
 from airflow_provider_primus.embedded.kube.runtime import Containerd
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ API_SERVICE_IP = str(ipaddress.ip_network(SERVICE_CIDR)[1])
 API_SERVICE_PORT = 443
 
 
-class NodeUnavailableError(RuntimeError):
+class NodeUnavailableError(PrimusError):
     """This machine cannot run a real node; ``missing`` says exactly what it lacks."""
 
     def __init__(self, missing: list[str]) -> None:
@@ -65,7 +66,7 @@ class NodeUnavailableError(RuntimeError):
         self.missing = missing
 
 
-class NodeError(RuntimeError):
+class NodeError(PrimusError):
     """A component failed or a wait ran out; the message carries the relevant log tail."""
 
 

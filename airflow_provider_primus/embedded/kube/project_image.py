@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_provider_primus.embedded.buildcache import locked, record_build_time
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.paths import cache_dir as default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 
 
-class ProjectImageError(RuntimeError):
+class ProjectImageError(PrimusError):
     """A build step failed; the message carries the tail of the tool's output."""
 
 

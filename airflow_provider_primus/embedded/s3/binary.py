@@ -33,6 +33,7 @@ from airflow_provider_primus.embedded.buildcache import (
     run_go,
     stamped,
 )
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.paths import cache_dir as default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ LDFLAGS = "-s -w"
 STAMP = "stamp"
 
 
-class SeaweedBuildError(RuntimeError):
+class SeaweedBuildError(PrimusError):
     """The binary is missing and could not be built; the message carries the tail of Go's output."""
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 
 LOOPBACK = "127.0.0.1"
@@ -39,7 +40,7 @@ REGION = "us-east-1"
 ACTIONS = ("Admin", "Read", "List", "Tagging", "Write")
 
 
-class S3ServerError(RuntimeError):
+class S3ServerError(PrimusError):
     """The server could not start; the message carries the tail of its log."""
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.process import pid_alive, stop_process_group, tied_to_launcher
 from airflow_provider_primus.yarn.build import (
     MINI_CLUSTER_CLASS,
@@ -40,7 +41,7 @@ LOG = "mini-cluster.log"
 INSTANCE_PROPERTY = "primus.embedded.yarn"
 
 
-class YarnClusterError(RuntimeError):
+class YarnClusterError(PrimusError):
     """The mini cluster could not start or stop; the message carries the tail of its log."""
 
 

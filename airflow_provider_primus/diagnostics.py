@@ -1,7 +1,8 @@
 """Checks of what a machine needs to run the provider, each with the fix for what is missing.
 
 Shared by ``primus doctor`` and the ``PrimusDoctorOperator`` so the command line and a DAG report
-the same facts in the same words.
+the same facts in the same words. What the cached artefacts are and when they are complete comes
+from ``buildcache/`` (never from ``embedded/``, which builds them): checking builds nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION, distribution
+from airflow_provider_primus.buildcache.kafka import DEFAULT_KAFKA_VERSION, distribution
+from airflow_provider_primus.buildcache.kube import KUBE_VERSION, binaries_in, build_stamp, is_complete
 from airflow_provider_primus.paths import cache_dir as default_cache_dir
 
 MIN_PYTHON = (3, 11)
@@ -134,15 +136,8 @@ def _redact(url: str) -> str:
 
 def check_kube_binaries(cache: Path | None) -> Check:
     """Optional: the Kubernetes control plane the kube tests and ``primus bench k8s`` start."""
-    from airflow_provider_primus.embedded.kube.binaries import (
-        KUBE_VERSION,
-        _is_complete,
-        binaries_in,
-        build_stamp,
-    )
-
     home = (cache or default_cache_dir()) / f"kube-{KUBE_VERSION}"
-    if _is_complete(binaries_in(home), build_stamp()):
+    if is_complete(binaries_in(home), build_stamp()):
         return Check(
             "kube-control-plane", True, f"Kubernetes {KUBE_VERSION} binaries in {home}", required=False
         )

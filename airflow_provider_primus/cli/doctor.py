@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.buildcache.kafka import DEFAULT_KAFKA_VERSION
 from airflow_provider_primus.diagnostics import healthy, run_checks
-from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION
 
 
 def register(sub: Any) -> None:

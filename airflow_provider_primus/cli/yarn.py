@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
 
     build = ysub.add_parser(
         "build",
-        help="resolve Hadoop's jars and build the ApplicationMaster into the cache",
+        help="resolve Hadoop's jars; build the ApplicationMaster and the mini cluster's launcher",
         description="Build once with Maven what `up` and the YARN backend need; prints the paths.",
     )
     build.set_defaults(handler=run_build)
@@ -73,14 +73,15 @@ def register(sub: Any) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.yarn.build import YarnBuildError, ensure_build
+    from airflow_provider_primus.embedded.yarn.build import ensure_mini_cluster_build
+    from airflow_provider_primus.yarn.build import YarnBuildError
 
     try:
-        build = ensure_build()
+        build = ensure_mini_cluster_build()
     except YarnBuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps({"jar": str(build.jar), "libs": str(build.libs)}))
+    print(json.dumps({"jar": str(build.am_jar), "libs": str(build.libs), "mini_cluster_jar": str(build.jar)}))
     return 0
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from airflow_provider_primus import __version__
@@ -306,13 +305,6 @@ def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
         "controller": True,
         "blockOwnerDeletion": True,
     }
-
-
-def job_documents(stored: Mapping[str, Any]) -> dict[str, str]:
-    """The documents a stored job references (absolute paths) and their text."""
-    spec = stored["spec"]
-    paths = [spec["data"], *([spec["training"]] if spec.get("training") else [])]
-    return {p: Path(p).read_text() for p in paths}
 
 
 def document_key(i: int) -> str:

@@ -32,10 +32,10 @@ from airflow_provider_primus.kubernetes.informer import Informer
 from airflow_provider_primus.kubernetes.manifests import (
     LABEL_JOB,
     documents_configmap,
-    job_documents,
     network_policies,
     owner_reference,
 )
+from airflow_provider_primus.master.jobs import job_documents
 from airflow_provider_primus.master.store import Conflict, Event, JobExists, JobNotFound, JobRecord
 from airflow_provider_primus.spec.crd import API_VERSION, KIND, PLURAL
 from airflow_provider_primus.spec.errors import SpecError, SpecIssue

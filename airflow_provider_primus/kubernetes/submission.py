@@ -21,12 +21,12 @@ from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resour
 from airflow_provider_primus.kubernetes.manifests import (
     DEFAULT_IMAGE,
     connections_secret,
-    job_documents,
     master_pod,
     owner_reference,
 )
 from airflow_provider_primus.kubernetes.pods import KubernetesBackend, PodTemplate, storage_secret_env
 from airflow_provider_primus.kubernetes.store import KubeJobStore
+from airflow_provider_primus.master.jobs import job_documents
 from airflow_provider_primus.spec.data import validate_data_spec
 from airflow_provider_primus.spec.job import KubernetesBackend as KubernetesSettings
 from airflow_provider_primus.spec.loader import load_training_spec

@@ -126,6 +126,14 @@ def load_job(
     return job, stored
 
 
+def job_documents(stored: Mapping[str, Any]) -> dict[str, str]:
+    """The documents a stored job references (absolute paths) and their text: what a backend ships to
+    where the master runs (a ConfigMap, a YARN LocalResource)."""
+    spec = stored["spec"]
+    paths = [spec["data"], *([spec["training"]] if spec.get("training") else [])]
+    return {p: Path(p).read_text() for p in paths}
+
+
 def submit(
     path: Path,
     *,

@@ -12,8 +12,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_primus.buildcache.kafka import DEFAULT_KAFKA_VERSION
 from airflow_provider_primus.diagnostics import healthy, run_checks
-from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION
 from airflow_provider_primus.errors import PrimusError
 
 

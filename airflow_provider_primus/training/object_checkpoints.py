@@ -91,7 +91,7 @@ def _commit(fs: pafs.FileSystem, path: str, data: bytes, *, rename: bool) -> Non
     folder, _, name = path.rpartition("/")
     staged = f"{folder}/{_TMP_PREFIX}{secrets.token_hex(8)}-{name}"
     _put(fs, staged, data)
-    fs.move(staged, path)  # WebHDFS: rename with OVERWRITE (data/hdfs.py)
+    fs.move(staged, path)  # WebHDFS: rename with OVERWRITE (hadoop/filesystem.py)
     if fs.get_file_info(staged).type != pafs.FileType.NotFound:
         # A client whose rename does not replace (libhdfs answers "false"): remove, then rename. A
         # reader in between finds the previous checkpoint, never a partial one.

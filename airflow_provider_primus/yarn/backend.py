@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from airflow_provider_primus.credentials import TOKEN_ENV, TOKEN_FILE_ENV
+from airflow_provider_primus.hadoop.kerberos import HDFS_TOKEN_FILE_ENV
 from airflow_provider_primus.process import EXIT_FILE_ENV
 from airflow_provider_primus.resources.allotment import thread_env
 from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
@@ -51,7 +52,6 @@ from airflow_provider_primus.yarn.application import (
     YarnSession,
     document_link,
 )
-from airflow_provider_primus.yarn.kerberos import HDFS_TOKEN_FILE_ENV
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ NodeManager's view of its containers (``/ws/v1/node/containers``).
 
 Submission goes through REST rather than Hadoop's Java client so the Python side needs no JVM: only
 the ApplicationMaster speaks Hadoop RPC (through Hadoop's own library). Simple authentication sends
-``user.name``; on a Kerberized cluster ``auth`` is SPNEGO (``yarn/kerberos.py``) and the user is
+``user.name``; on a Kerberized cluster ``auth`` is SPNEGO (``hadoop/kerberos.py``) and the user is
 the principal's.
 """
 

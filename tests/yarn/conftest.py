@@ -13,22 +13,23 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_primus.embedded.yarn import MiniYarnCluster, start
-from airflow_provider_primus.yarn.build import YarnBuild, YarnToolchainMissing, ensure_build
+from airflow_provider_primus.embedded.yarn.build import MiniClusterBuild, ensure_mini_cluster_build
+from airflow_provider_primus.yarn.build import YarnToolchainMissing
 from tests.master.conftest import JobWorld, job_world
 
 __all__ = ["job_world"]  # the same files-only world as the master's tests
 
 
 @pytest.fixture(scope="session")
-def yarn_build() -> YarnBuild:
+def yarn_build() -> MiniClusterBuild:
     try:
-        return ensure_build()
+        return ensure_mini_cluster_build()
     except YarnToolchainMissing as exc:
         pytest.skip(f"Java or Maven missing, so the YARN mini cluster cannot be built: {exc}")
 
 
 @pytest.fixture(scope="session")
-def yarn_cluster(yarn_build: YarnBuild, session_tmp: Path) -> Iterator[MiniYarnCluster]:
+def yarn_cluster(yarn_build: MiniClusterBuild, session_tmp: Path) -> Iterator[MiniYarnCluster]:
     try:
         cluster = start(
             session_tmp / "yarn", node_managers=1, nm_memory_mb=4096, nm_vcores=4, build=yarn_build

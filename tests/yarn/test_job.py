@@ -25,12 +25,12 @@ from airflow_provider_primus.data.sources.files import open_filesystem
 from airflow_provider_primus.data.sources.kafka import produce
 from airflow_provider_primus.embedded.kafka import BrokerState
 from airflow_provider_primus.embedded.yarn import MiniYarnCluster
+from airflow_provider_primus.hadoop.webhdfs import WebHdfs, WebHdfsError
 from airflow_provider_primus.master.jobs import submit, wait_for
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord
 from airflow_provider_primus.yarn.am import AmClient, AmError
 from airflow_provider_primus.yarn.backend import YarnBackend
-from airflow_provider_primus.yarn.hdfs import WebHdfs, WebHdfsError
 from airflow_provider_primus.yarn.rest import ResourceManager, node_containers
 from airflow_provider_primus.yarn.submission import backend_factory
 from tests.master.conftest import JobWorld

@@ -16,13 +16,13 @@ import yaml
 
 from airflow_provider_primus.data.sources.files import open_filesystem
 from airflow_provider_primus.embedded.yarn import MiniYarnCluster, start
+from airflow_provider_primus.embedded.yarn.build import MiniClusterBuild
+from airflow_provider_primus.hadoop import kerberos as kerberos_module
+from airflow_provider_primus.hadoop.config import load_conf
+from airflow_provider_primus.hadoop.kerberos import KerberosLogin, SpnegoAuth
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
-from airflow_provider_primus.yarn import kerberos as kerberos_module
 from airflow_provider_primus.yarn.application import YarnUnsupportedError, client_identity
-from airflow_provider_primus.yarn.build import YarnBuild
-from airflow_provider_primus.yarn.config import load_conf
-from airflow_provider_primus.yarn.kerberos import KerberosLogin, SpnegoAuth
 from airflow_provider_primus.yarn.rest import ResourceManager
 from tests.master.conftest import JobWorld
 from tests.master.test_master import assert_exactly_once, ended, executor
@@ -36,7 +36,7 @@ USER = "alice"  # the client principal: not the OS user, so whose identity reach
 
 @pytest.fixture(scope="module")
 def secure_cluster(
-    yarn_build: YarnBuild, tmp_path_factory: pytest.TempPathFactory
+    yarn_build: MiniClusterBuild, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MiniYarnCluster]:
     cluster = start(
         tmp_path_factory.mktemp("yarn-kerberos"), kerberos=True, kerberos_user=USER, build=yarn_build

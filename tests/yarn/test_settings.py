@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_primus.data.hdfs import HdfsError, open_hdfs
+from airflow_provider_primus.hadoop.config import HadoopConfError, load_conf
+from airflow_provider_primus.hadoop.filesystem import HdfsError, open_hdfs
+from airflow_provider_primus.hadoop.kerberos import short_name
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master, MasterError
 from airflow_provider_primus.resources.backend import Allotment
@@ -22,8 +24,6 @@ from airflow_provider_primus.yarn.application import (
     with_yarn_backend,
 )
 from airflow_provider_primus.yarn.backend import memory_mb, vcores
-from airflow_provider_primus.yarn.config import HadoopConfError, load_conf
-from airflow_provider_primus.yarn.kerberos import short_name
 from airflow_provider_primus.yarn.submission import backend_factory
 from tests.master.conftest import JobWorld
 

@@ -16,7 +16,6 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_primus.data.errors import CorruptFileError, MissingPartitionError, PlanCancelled
-from airflow_provider_primus.data.hdfs import open_hdfs
 from airflow_provider_primus.data.identity import footer_checksum, mtime_ns
 from airflow_provider_primus.data.model import FileInfo, MissingPartition
 from airflow_provider_primus.data.objectstore import (
@@ -26,6 +25,7 @@ from airflow_provider_primus.data.objectstore import (
     object_version,
     open_object_store,
 )
+from airflow_provider_primus.hadoop.filesystem import open_hdfs
 from airflow_provider_primus.spec.storage import OBJECT_STORE_SCHEMES, ObjectStorage, uri_scheme
 
 __all__ = [

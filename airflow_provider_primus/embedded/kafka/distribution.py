@@ -3,71 +3,44 @@
 Maven resolves the dependency graph of ``org.apache.kafka:kafka_2.13`` once; the jars are copied into
 ``<cache>/kafka-<version>/libs`` and a manifest marks the directory complete. Later runs only read
 the manifest, so they start offline. The copy goes to a temporary directory first and is renamed
-into place, so an interrupted fetch never leaves a half-filled classpath that looks complete.
+into place, so an interrupted fetch never leaves a half-filled classpath that looks complete. Where
+the jars live and when they are complete is ``buildcache/kafka.py`` (the doctor reads it too).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from airflow_provider_primus.errors import PrimusError
-from airflow_provider_primus.paths import cache_dir
+from airflow_provider_primus.buildcache.kafka import (
+    DEFAULT_KAFKA_VERSION,
+    MANIFEST,
+    KafkaDistribution,
+    KafkaDistributionError,
+    distribution,
+)
 
-DEFAULT_KAFKA_VERSION = os.environ.get("PRIMUS_KAFKA_VERSION", "4.1.1")
+__all__ = [
+    "DEFAULT_KAFKA_VERSION",
+    "KafkaDistribution",
+    "KafkaDistributionError",
+    "check_classpath",
+    "distribution",
+    "ensure_distribution",
+    "render_pom",
+]
+
 LOG4J_VERSION = "2.24.3"
 SLF4J_VERSION = "2.0.17"
-MANIFEST = "manifest.json"
 # The SLF4J bindings we know of; the classpath must carry exactly one (log4j-slf4j2-impl).
 _SLF4J_BINDINGS = re.compile(
     r"^(log4j-slf4j-impl|log4j-slf4j2-impl|slf4j-reload4j|slf4j-log4j12|slf4j-simple|logback-classic)-"
 )
-
-
-class KafkaDistributionError(PrimusError):
-    """The broker's jars are missing or cannot be resolved; the message says how to fix it."""
-
-
-@dataclass(frozen=True)
-class KafkaDistribution:
-    version: str
-    home: Path
-
-    @property
-    def libs(self) -> Path:
-        return self.home / "libs"
-
-    @property
-    def manifest(self) -> Path:
-        return self.home / MANIFEST
-
-    def is_complete(self) -> bool:
-        if not self.manifest.is_file():
-            return False
-        try:
-            jars = json.loads(self.manifest.read_text())["jars"]
-        except (ValueError, KeyError):
-            return False
-        return all((self.libs / jar).is_file() for jar in jars)
-
-    def classpath(self) -> str:
-        if not self.is_complete():
-            raise KafkaDistributionError(
-                f"Kafka {self.version} jars are not in {self.home}; fix: run `primus kafka fetch`"
-            )
-        jars = json.loads(self.manifest.read_text())["jars"]
-        return os.pathsep.join(str(self.libs / jar) for jar in sorted(jars))
-
-
-def distribution(version: str = DEFAULT_KAFKA_VERSION, root: Path | None = None) -> KafkaDistribution:
-    return KafkaDistribution(version=version, home=(root or cache_dir()) / f"kafka-{version}")
 
 
 def render_pom(version: str) -> str:

@@ -6,7 +6,8 @@ registry we can reach, but every line of their source is on the Go module proxy.
 the two commands as ``tool`` dependencies; ``cmd/etcd`` wraps etcd's own ``etcdmain``. kwok is a
 plain ``go install`` of its released module.
 
-The result lands in ``<cache>/kube-<version>/bin`` with a stamp: a hash of everything that decides
+The result lands in ``<cache>/kube-<version>/bin`` with a stamp (both described in
+``buildcache/kube.py``, which the doctor reads): a hash of everything that decides
 the bytes (go.mod, go.sum, the etcd wrapper, the kwok version, the link flags). A later call whose
 stamp matches only stats four files, so it needs neither Go nor the network. Builds go to a
 temporary directory that is renamed into place, under a file lock, so an interrupted or concurrent
@@ -23,10 +24,9 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-from airflow_provider_primus.embedded.buildcache import (
+from airflow_provider_primus.buildcache import (
     find_go,
     go_env,
     locked,
@@ -35,13 +35,38 @@ from airflow_provider_primus.embedded.buildcache import (
     run_go,
     stamped,
 )
+from airflow_provider_primus.buildcache.kube import (
+    KUBE_VERSION,
+    KWOK_LDFLAGS,
+    KWOK_VERSION,
+    STAMP,
+    KubeBinaries,
+    binaries_in,
+    build_stamp,
+    is_complete,
+    kube_ldflags,
+    module_source,
+)
 from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.paths import cache_dir as default_cache_dir
 
+__all__ = [
+    "KUBE_VERSION",
+    "KWOK_VERSION",
+    "GoNotFoundError",
+    "KubeBinaries",
+    "KubeBinariesError",
+    "NodeBinaries",
+    "binaries_in",
+    "build_stamp",
+    "ensure_binaries",
+    "ensure_node_binaries",
+    "node_binaries_in",
+    "node_build_stamp",
+]
+
 log = logging.getLogger(__name__)
 
-KUBE_VERSION = "v1.35.4"
-KWOK_VERSION = "v0.8.0"
 KWOK_PACKAGE = "sigs.k8s.io/kwok/cmd/kwok"
 KUBE_PACKAGES = ("k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-scheduler", "./cmd/etcd")
 # A real node's components: only the real-node tests and `primus cluster up` need them, so they are
@@ -49,20 +74,6 @@ KUBE_PACKAGES = ("k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/
 NODE_PACKAGES = ("k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-controller-manager")
 NODE_BIN = "node-bin"
 NODE_STAMP = "node-stamp"
-# The module files copied into the cache; the etcd wrapper is the only source of our own.
-MODULE_FILES = ("go.mod", "go.sum", "cmd/etcd/main.go")
-STAMP = "stamp"
-
-
-def _kube_ldflags(version: str) -> str:
-    """``-s -w`` strips symbols (about 30% smaller); the ``-X`` lines make ``/version`` and the
-    components' compatibility checks see the real release instead of ``v0.0.0-master``."""
-    major, minor = version.lstrip("v").split(".")[:2]
-    pkg = "k8s.io/component-base/version"
-    return f"-s -w -X {pkg}.gitVersion={version} -X {pkg}.gitMajor={major} -X {pkg}.gitMinor={minor}"
-
-
-KWOK_LDFLAGS = "-s -w"
 
 
 class KubeBinariesError(PrimusError):
@@ -71,33 +82,6 @@ class KubeBinariesError(PrimusError):
 
 class GoNotFoundError(KubeBinariesError):
     """No ``go`` on PATH and nothing cached: the one case where callers (tests) may skip."""
-
-
-@dataclass(frozen=True)
-class KubeBinaries:
-    version: str
-    kwok_version: str
-    home: Path
-    apiserver: Path
-    scheduler: Path
-    etcd: Path
-    kwok: Path
-
-    def all(self) -> tuple[Path, Path, Path, Path]:
-        return (self.apiserver, self.scheduler, self.etcd, self.kwok)
-
-
-def binaries_in(home: Path, version: str = KUBE_VERSION, kwok_version: str = KWOK_VERSION) -> KubeBinaries:
-    bin_dir = home / "bin"
-    return KubeBinaries(
-        version=version,
-        kwok_version=kwok_version,
-        home=home,
-        apiserver=bin_dir / "kube-apiserver",
-        scheduler=bin_dir / "kube-scheduler",
-        etcd=bin_dir / "etcd",
-        kwok=bin_dir / "kwok",
-    )
 
 
 @dataclass(frozen=True)
@@ -115,37 +99,18 @@ def node_binaries_in(home: Path, version: str = KUBE_VERSION) -> NodeBinaries:
     return NodeBinaries(version, bin_dir / "kubelet", bin_dir / "kube-controller-manager")
 
 
-def _module_source() -> dict[str, bytes]:
-    root = resources.files(__package__).joinpath("controlplane")
-    return {name: root.joinpath(name).read_bytes() for name in MODULE_FILES}
-
-
-def build_stamp(version: str = KUBE_VERSION, kwok_version: str = KWOK_VERSION) -> str:
-    """What decides the binaries' bytes; a change in any of it rebuilds."""
-    digest = hashlib.sha256()
-    for name, data in sorted(_module_source().items()):
-        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-    for part in (version, kwok_version, _kube_ldflags(version), KWOK_LDFLAGS):
-        digest.update(part.encode() + b"\0")
-    return digest.hexdigest()
-
-
 def node_build_stamp(version: str = KUBE_VERSION) -> str:
     """The same module files and link flags as the control plane's, plus the node's packages."""
     digest = hashlib.sha256()
-    for name, data in sorted(_module_source().items()):
+    for name, data in sorted(module_source().items()):
         digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-    for part in (version, _kube_ldflags(version), *NODE_PACKAGES):
+    for part in (version, kube_ldflags(version), *NODE_PACKAGES):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()
 
 
-def _is_complete(bins: KubeBinaries, stamp: str) -> bool:
-    return stamped(bins.home / STAMP, stamp, bins.all())
-
-
 def _write_module(src: Path) -> None:
-    for name, data in _module_source().items():
+    for name, data in module_source().items():
         target = src / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
@@ -172,11 +137,11 @@ def ensure_binaries(
     home = (cache_dir or default_cache_dir()) / f"kube-{version}"
     bins = binaries_in(home, version, kwok_version)
     stamp = build_stamp(version, kwok_version)
-    if _is_complete(bins, stamp):
+    if is_complete(bins, stamp):
         return bins
     go_path = find_go(go, GoNotFoundError, f"the Kubernetes control plane ({version})")
     with locked(home):
-        if _is_complete(bins, stamp):  # built by whoever held the lock before us
+        if is_complete(bins, stamp):  # built by whoever held the lock before us
             return bins
         env = go_env()
         with tempfile.TemporaryDirectory(dir=home, prefix=".build-") as tmp:
@@ -194,7 +159,7 @@ def ensure_binaries(
                 bins.apiserver.parent,
             )
             kube_s, _ = run_go(
-                [go_path, "build", "-trimpath", "-ldflags", _kube_ldflags(version), "-o", f"{staged}/",
+                [go_path, "build", "-trimpath", "-ldflags", kube_ldflags(version), "-o", f"{staged}/",
                  *KUBE_PACKAGES],
                 cwd=src,
                 env=go_env(module_mode=True),
@@ -252,7 +217,7 @@ def ensure_node_binaries(
                 "building kubelet and kube-controller-manager %s with Go into %s (once)", version, staged
             )
             node_s, _ = run_go(
-                [go_path, "build", "-trimpath", "-ldflags", _kube_ldflags(version), "-o", f"{staged}/",
+                [go_path, "build", "-trimpath", "-ldflags", kube_ldflags(version), "-o", f"{staged}/",
                  *NODE_PACKAGES],
                 cwd=src,
                 env=go_env(module_mode=True),

@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_provider_primus.embedded.buildcache import locked, record_build_time
+from airflow_provider_primus.buildcache import locked, record_build_time
 from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.paths import cache_dir as default_cache_dir
 

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from airflow_provider_primus.embedded.buildcache import (
+from airflow_provider_primus.buildcache import (
     find_go,
     go_env,
     locked,

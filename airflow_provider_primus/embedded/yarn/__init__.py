@@ -1,4 +1,5 @@
-"""Hadoop's own YARN mini cluster (ResourceManager, NodeManagers, HDFS) on loopback: ``cluster``."""
+"""Hadoop's own YARN mini cluster (ResourceManager, NodeManagers, HDFS) on loopback: ``cluster``; its
+launcher (``java/``, a Maven module of its own) and Hadoop's jars are built by ``build``."""
 
 from airflow_provider_primus.embedded.yarn.cluster import (
     MiniYarnCluster,

@@ -1,10 +1,10 @@
 """Hadoop's own mini cluster (``MiniYARNCluster`` + ``MiniDFSCluster``) as a child JVM on loopback.
 
-The launcher is ours (``yarn/java/.../MiniCluster.java``), the cluster is Hadoop's: a ResourceManager
-with the CapacityScheduler, NodeManagers that run real containers, and an HDFS NameNode + DataNode
-with WebHDFS. The cluster picks its own free ports and writes the configuration a client needs
-(``conf/``: core-site, hdfs-site, yarn-site) and then ``cluster.json`` (renamed into place: seeing it
-means started). Lifecycle, as for the embedded Kafka broker:
+The launcher is ours (``java/.../MiniCluster.java``, built by ``build.py``), the cluster is Hadoop's:
+a ResourceManager with the CapacityScheduler, NodeManagers that run real containers, and an HDFS
+NameNode + DataNode with WebHDFS. The cluster picks its own free ports and writes the configuration
+a client needs (``conf/``: core-site, hdfs-site, yarn-site) and then ``cluster.json`` (renamed into
+place: seeing it means started). Lifecycle, as for the embedded Kafka broker:
 
 * an *attached* cluster (tests) dies with its owner: SIGTERM when the launching thread dies
   (PR_SET_PDEATHSIG), and the JVM also exits when its stdin (a pipe from us) closes;
@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from airflow_provider_primus.embedded.yarn.build import (
+    MINI_CLUSTER_CLASS,
+    MiniClusterBuild,
+    ensure_mini_cluster_build,
+)
 from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.process import pid_alive, stop_process_group, tied_to_launcher
-from airflow_provider_primus.yarn.build import (
-    MINI_CLUSTER_CLASS,
-    YarnBuild,
-    YarnToolchainMissing,
-    ensure_build,
-)
+from airflow_provider_primus.yarn.build import YarnToolchainMissing
 
 __all__ = ["MiniYarnCluster", "YarnClusterError", "running", "start", "stop"]
 
@@ -145,13 +145,13 @@ def start(
     kerberos_user: str | None = None,
     detached: bool = False,
     timeout_s: float = 300.0,
-    build: YarnBuild | None = None,
+    build: MiniClusterBuild | None = None,
 ) -> MiniYarnCluster:
     """Start a mini cluster whose state lives in ``workdir`` (wiped first: a mini cluster's HDFS and
     logs are scratch). Returns once the NodeManagers registered and HDFS is up. ``kerberos``: a
     Kerberized cluster (its own KDC; SPNEGO on every web endpoint; the client's principal and keytab
     in :attr:`MiniYarnCluster.kerberos`; ``kerberos_user`` its short name, default the OS user's)."""
-    build = build or ensure_build()
+    build = build or ensure_mini_cluster_build()
     java, env = _java()
     workdir = workdir.resolve()
     if workdir.exists():

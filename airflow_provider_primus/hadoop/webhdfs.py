@@ -3,7 +3,7 @@ a file (the two-step create: the NameNode redirects to a DataNode), read its sta
 
 Staging is a handful of small files per submission (the ApplicationMaster jar, the job's documents
 and token), so a plain HTTP client is enough; reading data on ``hdfs://`` goes through fsspec's
-WebHDFS filesystem instead (``data/`` sources). Simple authentication sends ``user.name``; on a
+WebHDFS filesystem instead (``hadoop/filesystem.py``). Simple authentication sends ``user.name``; on a
 Kerberized cluster ``auth`` is SPNEGO, and :meth:`WebHdfs.delegation_token` gets the token the
 application's containers use instead of Kerberos.
 """

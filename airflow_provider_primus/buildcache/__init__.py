@@ -1,9 +1,12 @@
 """What every build the suite caches outside the clone shares: one builder per cache directory, a
 stamp that says the artefacts are the ones asked for, Go's environment, a bounded build-time log.
 
-The control plane and node binaries, the S3 server and the project's images are all built once into
-``~/.cache/airflow-provider-primus`` and afterwards found by a stamp (a content hash of what decides
-their bytes). The rules are the same for all of them, so they live here once.
+The control plane and node binaries, the S3 server, the project's images and the YARN jars are all
+built once into ``~/.cache/airflow-provider-primus`` and afterwards found by a stamp or a content
+hash of what decides their bytes. The rules are the same for all of them, so they live here once,
+below every layer that builds (``yarn/``, ``embedded/``). Where an artefact that the doctor checks
+lives, and when it is complete, is here too (``kafka``, ``kube``): checking must not import the
+builders.
 """
 
 from __future__ import annotations

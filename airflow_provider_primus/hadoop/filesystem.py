@@ -5,7 +5,7 @@ WebHDFS is the NameNode's HTTP port, which the ``hdfs://`` URI does not name: it
 Hadoop client configuration (``$HADOOP_CONF_DIR``: ``dfs.namenode.http-address`` for the NameNode
 that ``fs.defaultFS`` names). Who the client is: in a YARN container of a Kerberized cluster, the
 application's delegation token (``$PRIMUS_HDFS_TOKEN_FILE``); elsewhere on a Kerberized cluster,
-SPNEGO from this process's Kerberos login (``yarn/kerberos.py``); under simple authentication
+SPNEGO from this process's Kerberos login (``hadoop/kerberos.py``); under simple authentication
 ``$HADOOP_USER_NAME`` or the process's user.
 """
 
@@ -22,8 +22,8 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 from airflow_provider_primus.errors import PrimusError
-from airflow_provider_primus.yarn.config import load_conf
-from airflow_provider_primus.yarn.kerberos import HDFS_TOKEN_FILE_ENV, KerberosLogin, RequestsSpnegoAuth
+from airflow_provider_primus.hadoop.config import load_conf
+from airflow_provider_primus.hadoop.kerberos import HDFS_TOKEN_FILE_ENV, KerberosLogin, RequestsSpnegoAuth
 
 __all__ = ["HdfsError", "open_hdfs", "webhdfs_info"]
 

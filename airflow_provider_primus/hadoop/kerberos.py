@@ -1,4 +1,4 @@
-"""Kerberos for the YARN backend's HTTP clients: SPNEGO (``Authorization: Negotiate``) on the
+"""Kerberos for Hadoop's HTTP endpoints: SPNEGO (``Authorization: Negotiate``) on the
 ResourceManager's REST API and on WebHDFS, from the credentials any MIT Kerberos client uses.
 
 Where the credentials come from, in this order: a principal and keytab the job (or the Airflow

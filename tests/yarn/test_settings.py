@@ -1,5 +1,6 @@
-"""What needs no cluster: reading a Hadoop configuration directory, an Airflow connection filling a
-job document's YARN settings, and how an allotment becomes a container's size."""
+"""What needs no cluster: a Kerberized configuration without credentials refused, an Airflow
+connection filling a job document's YARN settings, and how an allotment becomes a container's size
+(the Hadoop client's own reading of a configuration is tested in tests/hadoop)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_primus.hadoop.config import HadoopConfError, load_conf
-from airflow_provider_primus.hadoop.filesystem import HdfsError, open_hdfs
-from airflow_provider_primus.hadoop.kerberos import short_name
+from airflow_provider_primus.hadoop.config import load_conf
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master, MasterError
 from airflow_provider_primus.resources.backend import Allotment
@@ -25,24 +24,8 @@ from airflow_provider_primus.yarn.application import (
 )
 from airflow_provider_primus.yarn.backend import memory_mb, vcores
 from airflow_provider_primus.yarn.submission import backend_factory
+from tests.hadoop.sites import site
 from tests.master.conftest import JobWorld
-
-
-def site(path: Path, **props: str) -> None:
-    body = "".join(f"<property><name>{k}</name><value>{v}</value></property>" for k, v in props.items())
-    path.write_text(f"<?xml version='1.0'?><configuration>{body}</configuration>")
-
-
-def test_configuration_is_read_and_expanded_as_hadoop_does(tmp_path: Path) -> None:
-    site(tmp_path / "core-site.xml", **{"fs.defaultFS": "hdfs://nn.example:8020"})
-    site(tmp_path / "yarn-site.xml", **{"yarn.resourcemanager.hostname": "rm.example"})
-    site(tmp_path / "hdfs-site.xml", **{"dfs.namenode.http-address": "0.0.0.0:9870"})
-    conf = load_conf(tmp_path)
-    assert conf.rm_url == "http://rm.example:8088"  # ${yarn.resourcemanager.hostname}:8088
-    assert conf.fs_default == "hdfs://nn.example:8020"
-    assert conf.webhdfs_url == "http://127.0.0.1:9870"  # a wildcard bind is reached on loopback
-    assert conf.application_classpath[0] == "$HADOOP_CONF_DIR"  # Hadoop's default list
-    assert not conf.kerberos
 
 
 def no_kerberos_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -88,14 +71,6 @@ def test_a_job_for_a_kerberized_cluster_fails_with_the_reason_in_its_status(
     assert [e.type for e in job_world.store.events("job")][-1] == "Failed"
 
 
-def test_a_missing_or_broken_configuration_names_the_file(tmp_path: Path) -> None:
-    with pytest.raises(HadoopConfError, match="does not exist"):
-        load_conf(tmp_path / "nowhere")
-    (tmp_path / "yarn-site.xml").write_text("<configuration><property>")
-    with pytest.raises(HadoopConfError, match=r"yarn-site\.xml"):
-        load_conf(tmp_path)
-
-
 def test_the_connection_fills_what_the_document_leaves_out() -> None:
     document = {"spec": {"data": "d.yaml", "backend": {"yarn": {"queue": "mine"}}}}
     out = with_yarn_backend(document, {"queue": "theirs", "resource_manager": "http://rm:8088"})
@@ -127,18 +102,6 @@ def test_names_given_to_the_cluster_carry_no_secret() -> None:
     assert document_link(1, "/a/b/training.yaml") == "document-1-training.yaml"
 
 
-def test_an_hdfs_uri_without_libhdfs_or_a_configuration_says_what_to_set(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
-    with pytest.raises(HdfsError, match="set HADOOP_CONF_DIR"):
-        open_hdfs("hdfs://nn.example:8020/logs", "source 'history'")
-    site(tmp_path / "core-site.xml", **{"fs.defaultFS": "hdfs://other:8020"})
-    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
-    with pytest.raises(HdfsError, match=r"names NameNode nn\.example:8020 but HADOOP_CONF_DIR"):
-        open_hdfs("hdfs://nn.example:8020/logs", "source 'history'")
-
-
 @pytest.mark.parametrize(
     ("backend", "host", "tls", "expected"),
     [
@@ -157,33 +120,3 @@ def test_tls_defaults_as_on_the_other_backends(
     doc = {"apiVersion": "primus.dev/v1alpha1", "kind": "PrimusJob", "metadata": {"name": "j"}}
     spec = {"data": "d", "backend": settings, "control": {"host": host}}
     assert validate_job_spec({**doc, "spec": spec}).spec.tls is expected
-
-
-def test_kerberos_names_come_from_the_configuration_as_hadoop_expands_them(tmp_path: Path) -> None:
-    site(tmp_path / "core-site.xml", **{"fs.defaultFS": "hdfs://127.0.0.1:8020"})
-    site(
-        tmp_path / "yarn-site.xml",
-        **{
-            "yarn.resourcemanager.address": "RM.example:8032",
-            "yarn.resourcemanager.principal": "rm/_HOST@EX.COM",
-        },
-    )
-    conf = load_conf(tmp_path)
-    assert conf.rm_principal == "rm/rm.example@EX.COM"  # _HOST: the ResourceManager's host, lower-cased
-    assert conf.token_service() == "127.0.0.1:8020"  # the NameNode's RPC ip:port
-    site(tmp_path / "core-site.xml", **{"fs.defaultFS": "hdfs://nameservice1"})
-    assert load_conf(tmp_path).token_service() == "ha-hdfs:nameservice1"
-    site(
-        tmp_path / "yarn-site.xml",
-        **{
-            "yarn.resourcemanager.principal": "rm/_HOST@EX.COM",
-            "yarn.resourcemanager.ha.enabled": "true",
-            "yarn.resourcemanager.ha.rm-ids": "rm1,rm2",
-            "yarn.resourcemanager.hostname.rm1": "rm1.example",
-            "yarn.resourcemanager.hostname.rm2": "rm2.example",
-        },
-    )
-    assert load_conf(tmp_path).rm_principal == "rm/rm1.example@EX.COM"  # HA: the first RM's host
-    site(tmp_path / "yarn-site.xml")
-    assert load_conf(tmp_path).rm_principal is None
-    assert short_name("etl/host.example@EX.COM") == "etl" and short_name("alice@EX.COM") == "alice"

@@ -104,8 +104,8 @@ def batches(data: Any, training: Any, count: int, rows: int, seed: int) -> list[
     """``count`` random batches of ``rows`` rows shaped as the data document's features."""
     import torch
 
+    from airflow_provider_primus.contracts.training import feature_columns, table_sizes
     from airflow_provider_primus.data.tensors import TensorBatch
-    from airflow_provider_primus.spec.training import feature_columns, table_sizes
 
     sparse_cols, dense_cols = feature_columns(data)
     sizes = table_sizes(training, data)
@@ -126,11 +126,11 @@ def batches(data: Any, training: Any, count: int, rows: int, seed: int) -> list[
 def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     import torch
 
+    from airflow_provider_primus.contracts import load_data_spec
+    from airflow_provider_primus.contracts.training import feature_columns, validate_training_spec
     from airflow_provider_primus.gen.clicklog import World
     from airflow_provider_primus.gen.files import write_data_spec
-    from airflow_provider_primus.spec import load_data_spec
-    from airflow_provider_primus.spec.training import feature_columns, validate_training_spec
-    from airflow_provider_primus.training.feeds import MemoryFeed
+    from airflow_provider_primus.training.feeds.feed import MemoryFeed
     from airflow_provider_primus.training.runtime import Trainer, TrainOptions
 
     world = World.from_defaults(history_days=1, stream_days=0, rows_per_day=100)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.contracts.crd import CRD_NAME, crd
 from airflow_provider_primus.kubernetes.client import KubeApi
 from airflow_provider_primus.kubernetes.install import apply, wait_established
 from airflow_provider_primus.kubernetes.manifests import (
@@ -22,7 +23,6 @@ from airflow_provider_primus.kubernetes.manifests import (
     SUBMITTER_ROLE,
     rbac,
 )
-from airflow_provider_primus.spec.crd import CRD_NAME, crd
 
 MASTER_USER = "primus-master"
 NO_RESIZE_USER = "no-resize"

@@ -47,9 +47,9 @@ def test_every_error_the_package_defines_is_a_primus_error() -> None:
 
 
 def test_builtin_bases_are_kept_beside_the_product_base() -> None:
+    from airflow_provider_primus.contracts.errors import SpecError, SpecIssue
     from airflow_provider_primus.data.objectstore import MissingObjectError, ObjectStoreError
     from airflow_provider_primus.master.store import JobNotFound
-    from airflow_provider_primus.spec.errors import SpecError, SpecIssue
 
     missing = MissingObjectError(2, "No such object", "s3://bucket/key")
     assert isinstance(missing, FileNotFoundError) and isinstance(missing, PrimusError)

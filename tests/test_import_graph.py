@@ -127,7 +127,9 @@ def test_the_cycle_finder_finds_a_lazy_cycle() -> None:
 # The modules every layer may use: stdlib-only helpers with no package imports but errors.py, and the
 # package root (its version).
 BASE = {"", "errors", "paths", "process", "credentials", "tls", "lookup"}
-CONTRACTS = {"spec"}
+CONTRACTS = {"contracts"}
+# Kept importable for one release (a DeprecationWarning); nothing in the package may import it.
+DEPRECATED = {"spec"}
 # The core, bottom up: runs without Airflow (the CLI and the tests use it alone).
 BOTTOM = {"hadoop", "buildcache"}
 ENGINE = {"resources", "data", "training", "gen", "master"}
@@ -147,7 +149,8 @@ LAYERS: dict[str, set[str]] = {
     "credentials": set(),
     "tls": {"errors"},
     "process": {"errors"},
-    "spec": {"errors"},
+    "contracts": {"errors"},
+    "spec": {"", "contracts"},
     "hadoop": {"errors"},
     "buildcache": {"errors", "paths"},
     "resources": BASE | CONTRACTS,
@@ -227,8 +230,23 @@ def backend_violations(graph: dict[str, set[str]]) -> dict[str, list[str]]:
     return found
 
 
+def deprecated_violations(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Imports of a deprecated alias (``spec`` for ``contracts``) from inside the package."""
+    found = {
+        module: sorted(d for d in deps if _package(d) in DEPRECATED)
+        for module, deps in graph.items()
+        if _package(module) not in DEPRECATED
+    }
+    return {m: d for m, d in found.items() if d}
+
+
 def all_violations(graph: dict[str, set[str]]) -> dict[str, dict[str, list[str]]]:
-    checks = {"layers": layer_violations, "leaf": leaf_violations, "backends": backend_violations}
+    checks = {
+        "layers": layer_violations,
+        "leaf": leaf_violations,
+        "backends": backend_violations,
+        "deprecated": deprecated_violations,
+    }
     found = {name: check(graph) for name, check in checks.items()}
     if cycles(graph):
         found["cycles"] = {" <-> ".join(c): c for c in cycles(graph)}
@@ -254,6 +272,10 @@ def test_embedded_is_a_leaf() -> None:
     assert leaf_violations(real_graph()) == {}
 
 
+def test_nothing_imports_a_deprecated_alias() -> None:
+    assert deprecated_violations(real_graph()) == {}
+
+
 def test_no_layer_below_the_backends_imports_one() -> None:
     assert backend_violations(real_graph()) == {}
 
@@ -277,12 +299,12 @@ def test_the_core_imports_neither_airflow_nor_the_layers_above_it() -> None:
 
 
 def test_the_contracts_are_pure_data() -> None:
-    """spec/ imports only spec/ (and errors.py, the base of every error): no I/O layer, no service."""
+    """contracts/ imports only contracts/ (and errors.py, the base of every error): no I/O, no service."""
     graph = real_graph()
     wrong = {
-        m: sorted(d for d in deps if _package(d) not in {"spec", "errors"})
+        m: sorted(d for d in deps if _package(d) not in {"contracts", "errors"})
         for m, deps in graph.items()
-        if _package(m) == "spec"
+        if _package(m) == "contracts"
     }
     assert {m: d for m, d in wrong.items() if d} == {}
 
@@ -300,8 +322,16 @@ P = NAME
         ({f"{P}.data.sources.files": {f"{P}.yarn.config"}}, "backends"),
         ({f"{P}.training.runtime": {f"{P}.resources.local"}}, "backends"),
         ({f"{P}.yarn.submission": {f"{P}.kubernetes.manifests"}}, "backends"),
+        # The door sits above the backend kinds: none of them, nor the master, reaches up to it.
+        ({f"{P}.kubernetes.store": {f"{P}.backends.base"}}, "backends"),
+        ({f"{P}.resources.autoscaler": {f"{P}.backends"}}, "backends"),
+        ({f"{P}.master.jobs": {f"{P}.backends.local"}}, "layers"),
+        # ... and below the Airflow layer and the CLI, with the real servers out of its reach.
+        ({f"{P}.backends.local": {f"{P}.hooks.primus"}}, "layers"),
+        ({f"{P}.backends.kubernetes": {f"{P}.embedded.kube.cluster"}}, "leaf"),
         ({f"{P}.hadoop.config": {f"{P}.yarn.build"}}, "layers"),
-        ({f"{P}.spec.job": {f"{P}.data.model"}}, "layers"),
+        ({f"{P}.contracts.job": {f"{P}.data.model"}}, "layers"),
+        ({f"{P}.data.model": {f"{P}.spec.job"}}, "deprecated"),
         ({f"{P}.newpackage.thing": set()}, "layers"),
         ({f"{P}.data.a": {f"{P}.data.b"}, f"{P}.data.b": {f"{P}.data.a"}}, "cycles"),
     ],
@@ -340,6 +370,12 @@ def _planted_tree(tmp_path: Path, files: dict[str, str]) -> Path:
         # An operator reaching for the cluster whose binaries the doctor checks.
         ("operators/planted.py", "import airflow_provider_primus.embedded.kube.binaries\n", "leaf",
          f"{P}.embedded.kube.binaries"),
+        # A backend class starting the embedded cluster, lazily.
+        ("backends/planted.py", "def f():\n    from ..embedded.kube import cluster\n", "leaf",
+         f"{P}.embedded.kube.cluster"),
+        # A backend kind reaching up to the door that resolves it.
+        ("yarn/planted.py", "from airflow_provider_primus.backends import base\n", "backends",
+         f"{P}.backends.base"),
     ],
 )  # fmt: skip
 def test_the_checker_fails_on_a_planted_module(

@@ -57,6 +57,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from airflow_provider_primus.bench.errors import BenchmarkError
+from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.credentials import new_token
 from airflow_provider_primus.data.graph import TaskGraph
 from airflow_provider_primus.data.planner import PlanOptions, plan
@@ -69,7 +70,6 @@ from airflow_provider_primus.data.sources.files import open_filesystem
 from airflow_provider_primus.data.tensors import to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
-from airflow_provider_primus.spec import load_data_spec
 from airflow_provider_primus.tls import TLS_DIR_ENV, JobCa
 
 # A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.

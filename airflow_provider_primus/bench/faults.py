@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from airflow_provider_primus.bench.errors import BenchmarkError
+from airflow_provider_primus.contracts.status import TERMINAL
 from airflow_provider_primus.data.sources.kafka import produce
 from airflow_provider_primus.embedded.kafka import EmbeddedKafka, ensure_distribution
 from airflow_provider_primus.embedded.kafka.broker import free_port
@@ -61,7 +62,6 @@ from airflow_provider_primus.gen.files import write_data_spec, write_history
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord, SqliteJobStore, modify
-from airflow_provider_primus.spec.status import TERMINAL
 
 # A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.
 log = logging.getLogger(__name__)

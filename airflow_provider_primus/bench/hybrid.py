@@ -51,21 +51,21 @@ from typing import Any
 import torch
 
 from airflow_provider_primus.bench.item_ctr import item_ctr_reference
-from airflow_provider_primus.data.tensors import TensorBatch
-from airflow_provider_primus.gen.clicklog import World, live_start
-from airflow_provider_primus.gen.events import produce_stream
-from airflow_provider_primus.gen.files import write_data_spec, write_history
-from airflow_provider_primus.spec import load_data_spec
-from airflow_provider_primus.spec.data import PrimusData
-from airflow_provider_primus.spec.sources import KafkaSource
-from airflow_provider_primus.spec.training import (
+from airflow_provider_primus.contracts import load_data_spec
+from airflow_provider_primus.contracts.data import PrimusData
+from airflow_provider_primus.contracts.sources import KafkaSource
+from airflow_provider_primus.contracts.training import (
     PrimusTraining,
     default_training,
     validate_training_spec,
 )
-from airflow_provider_primus.training.feeds import MemoryFeed
+from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.gen.clicklog import World, live_start
+from airflow_provider_primus.gen.events import produce_stream
+from airflow_provider_primus.gen.files import write_data_spec, write_history
+from airflow_provider_primus.training.feeds.feed import MemoryFeed
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
-from airflow_provider_primus.training.stream import StreamSource
+from airflow_provider_primus.training.stream.source import StreamSource
 
 # A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.
 log = logging.getLogger(__name__)

@@ -33,6 +33,7 @@ import yaml
 
 from airflow_provider_primus.bench.autoscale import documents, write_logs
 from airflow_provider_primus.bench.errors import BenchmarkError
+from airflow_provider_primus.contracts.crd import API_VERSION, CRD_NAME, PLURAL, crd
 from airflow_provider_primus.embedded.kube.binaries import ensure_binaries
 from airflow_provider_primus.embedded.kube.cluster import KubeCluster
 from airflow_provider_primus.kubernetes.client import KubeApi, resource_path
@@ -41,7 +42,6 @@ from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.kubernetes.submission import kube_master
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master
-from airflow_provider_primus.spec.crd import API_VERSION, CRD_NAME, PLURAL, crd
 
 # A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.
 log = logging.getLogger(__name__)

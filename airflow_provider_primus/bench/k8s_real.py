@@ -39,6 +39,8 @@ import yaml
 
 from airflow_provider_primus.bench.autoscale import FILES_PER_HOUR, documents, write_logs
 from airflow_provider_primus.bench.errors import BenchmarkError
+from airflow_provider_primus.contracts.crd import CRD_NAME, crd
+from airflow_provider_primus.contracts.status import TERMINAL
 from airflow_provider_primus.embedded.kube.local import LocalCluster
 from airflow_provider_primus.embedded.kube.project_image import DATA, TRAINER, ensure_project_images
 from airflow_provider_primus.kubernetes.client import KubeApi, resource_path
@@ -51,8 +53,6 @@ from airflow_provider_primus.master.client import ControlClient
 from airflow_provider_primus.master.jobs import read_job_ca, read_token, submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobStore, SqliteJobStore
-from airflow_provider_primus.spec.crd import CRD_NAME, crd
-from airflow_provider_primus.spec.status import TERMINAL
 
 JOB = "bench-real"
 NAMESPACE = "bench-real"

@@ -29,9 +29,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_primus.bench.delayed_fs import delayed_filesystem
+from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.data.cache import PlanCache
 from airflow_provider_primus.data.planner import PlanOptions, plan
-from airflow_provider_primus.spec import load_data_spec
 
 # A stage per INFO record: `primus bench` shows the latest beside its progress on a terminal.
 log = logging.getLogger(__name__)

@@ -36,13 +36,13 @@ import torch
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.embedded.s3.server import free_ports  # loopback ports
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
-from airflow_provider_primus.training.checkpoint import CheckpointStore
+from airflow_provider_primus.training.checkpoints.files import CheckpointStore
+from airflow_provider_primus.training.checkpoints.shards import model_state, prune_shards
 from airflow_provider_primus.training.distributed import Group
+from airflow_provider_primus.training.dlrm import DLRM
 from airflow_provider_primus.training.gpu import footprint
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
-from airflow_provider_primus.training.model import DLRM
 from airflow_provider_primus.training.optim import Optimizers
-from airflow_provider_primus.training.shard_checkpoint import model_state, prune_shards
 from airflow_provider_primus.training.sharding import REPLICATED, ROW_WISE, Sharding, build_model
 from airflow_provider_primus.training.summary import TrainMetrics
 from airflow_provider_primus.training.update import SourceWeights, Updater

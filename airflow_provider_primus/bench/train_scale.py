@@ -30,10 +30,10 @@ import numpy as np
 import torch
 
 from airflow_provider_primus.bench import sharding
+from airflow_provider_primus.contracts.data import PrimusData, validate_data_spec
+from airflow_provider_primus.contracts.training import PrimusTraining, validate_training_spec
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.process import primus_command, tied_to_launcher
-from airflow_provider_primus.spec.data import PrimusData, validate_data_spec
-from airflow_provider_primus.spec.training import PrimusTraining, validate_training_spec
 
 __all__ = ["run", "worker"]
 
@@ -115,7 +115,7 @@ def _train(
     *, rank: int, world: int, init: str | None, rows: int, batch_size: int, seed: int, workdir: Path
 ) -> dict[str, Any]:
     """One trainer's run over its share (every world-th batch); its timed steps' figures."""
-    from airflow_provider_primus.training.feeds import MemoryFeed
+    from airflow_provider_primus.training.feeds.feed import MemoryFeed
     from airflow_provider_primus.training.runtime import Trainer, TrainOptions
 
     mine = _batches(rows, seed)[rank::world]

@@ -184,7 +184,8 @@ def register(sub: Any) -> None:
         "of MIN..MAX seconds mid-pass, then the trainer or a data executor is SIGKILLed. Reports rows "
         "lost and duplicated (from the trainer's trace), trainer crashes and the longest time from "
         "the broker's return to the stream training again. One more trial rewrites a planned history "
-        "file while the job runs: its task must be quarantined, none of its new rows trained.",
+        "file while the job runs: its task must be quarantined, none of its new rows trained; another "
+        "stops the only data executor with SIGSTOP: the master must declare it hung and replace it.",
     )
     f.add_argument("--trials", type=count_of("runs"), default=3)
     f.add_argument("--seed", type=int, default=0, help="trial i uses seed SEED+i")

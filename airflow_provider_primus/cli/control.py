@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from airflow_provider_primus.cli.jobs import _client, _job_name, _store, _store_arg
+from airflow_provider_primus.cli.jobs import _backend, _client, _job_name, _store_arg
 
 __all__ = ["register"]
 
@@ -111,7 +111,7 @@ def _row(record: Any) -> dict[str, Any]:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    records = _store(args).find(_labels(args.label) or None)
+    records = _backend(args).store.find(_labels(args.label) or None)
     rows = [_row(r) for r in sorted(records, key=lambda r: r.name)]
     if args.phase:
         rows = [r for r in rows if r["phase"] in args.phase]
@@ -127,9 +127,10 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_savepoint(args: argparse.Namespace) -> int:
-    store, name = _store(args), _job_name(args.job)
+    backend, name = _backend(args), _job_name(args.job)
+    store = backend.store
     try:
-        result = _client(store, name).savepoint(args.id)
+        result = _client(backend, name).savepoint(args.id)
     except Exception as exc:
         return _fail(exc)
     if args.wait:
@@ -157,7 +158,7 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
 
 def cmd_suspend(args: argparse.Namespace) -> int:
     try:
-        print(json.dumps(_client(_store(args), _job_name(args.job)).suspend()))
+        print(json.dumps(_client(_backend(args), _job_name(args.job)).suspend()))
     except Exception as exc:
         return _fail(exc)
     return 0
@@ -165,14 +166,14 @@ def cmd_suspend(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     try:
-        print(json.dumps(_client(_store(args), _job_name(args.job)).resume()))
+        print(json.dumps(_client(_backend(args), _job_name(args.job)).resume()))
     except Exception as exc:
         return _fail(exc)
     return 0
 
 
 def cmd_resize(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.spec.job import parse_cpu, parse_memory
+    from airflow_provider_primus.contracts.job import parse_cpu, parse_memory
 
     if args.cpu is None and args.memory is None:
         return _fail(ValueError("give --cpu, --memory or both"))
@@ -181,7 +182,8 @@ def cmd_resize(args: argparse.Namespace) -> int:
         memory = None if args.memory is None else parse_memory(args.memory)
     except (TypeError, ValueError) as exc:
         return _fail(exc)
-    store, name = _store(args), _job_name(args.job)
+    backend, name = _backend(args), _job_name(args.job)
+    store = backend.store
     try:
         executors = store.get(name).status.get("executors") or {}
         if args.executor:
@@ -194,7 +196,7 @@ def cmd_resize(args: argparse.Namespace) -> int:
             )
         if not targets:
             return _fail(RuntimeError(f"job {name!r} has no running {args.role} executor"))
-        client = _client(store, name)
+        client = _client(backend, name)
         results = {t: client.resize(t, cpu=cpu, memory=memory) for t in targets}
     except Exception as exc:
         return _fail(exc)
@@ -203,17 +205,18 @@ def cmd_resize(args: argparse.Namespace) -> int:
 
 
 def cmd_window(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.contracts.data import Window
     from airflow_provider_primus.master.jobs import wait_for
-    from airflow_provider_primus.spec.data import Window
 
     try:  # as the master records them (UTC, ISO 8601), so the wait finds the window
         span = Window.model_validate({"start": args.start, "end": args.end})
     except ValueError as exc:
         return _fail(exc)
     start, end = span.start.isoformat(), span.end.isoformat()
-    store, name = _store(args), _job_name(args.job)
+    backend, name = _backend(args), _job_name(args.job)
+    store = backend.store
     try:
-        result = _client(store, name).append_window(start, end, args.source)
+        result = _client(backend, name).append_window(start, end, args.source)
     except Exception as exc:
         return _fail(exc)
     sent = dict((result.get("request") or {}).get("window") or {})

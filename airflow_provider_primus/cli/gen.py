@@ -118,10 +118,10 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from airflow_provider_primus.contracts import SpecError
     from airflow_provider_primus.gen.clicklog import World, live_start
     from airflow_provider_primus.gen.events import produce_stream
     from airflow_provider_primus.gen.files import DEFAULT_BOOTSTRAP, write_data_spec, write_history
-    from airflow_provider_primus.spec import SpecError
 
     overrides = {name: getattr(args, name) for name in WORLD_OPTIONS if getattr(args, name) is not None}
     if args.stationary_items:
@@ -138,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     kafka_security: dict[str, Any] | None = None
     if args.kafka_security is not None:
-        from airflow_provider_primus.spec import read_document
-        from airflow_provider_primus.spec.kafka import KafkaSecurity
+        from airflow_provider_primus.contracts import read_document
+        from airflow_provider_primus.contracts.kafka import KafkaSecurity
 
         try:
             kafka_security = read_document(args.kafka_security)
@@ -165,9 +165,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if remote:
+        from airflow_provider_primus.contracts.storage import ObjectStorage
         from airflow_provider_primus.data.objectstore import open_object_store
         from airflow_provider_primus.gen.files import write_history_to
-        from airflow_provider_primus.spec.storage import ObjectStorage
 
         try:
             fs, root = open_object_store(
@@ -189,8 +189,8 @@ def run(args: argparse.Namespace) -> int:
     if args.bootstrap_servers:
         from kafka.errors import KafkaError
 
+        from airflow_provider_primus.contracts.kafka import KafkaSecurity
         from airflow_provider_primus.data.sources.kafka_client import KafkaAuthError, tool_client
-        from airflow_provider_primus.spec.kafka import KafkaSecurity
 
         try:
             target = tool_client(

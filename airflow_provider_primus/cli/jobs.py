@@ -29,19 +29,11 @@ def _store_arg(parser: argparse.ArgumentParser) -> None:
     kube.add_argument("--context", help="kubeconfig context")
 
 
-def _kube_args(args: argparse.Namespace) -> list[str]:
-    out = []
-    for flag in ("namespace", "kubeconfig", "context"):
-        if getattr(args, flag, None):
-            out += [f"--{flag}", str(getattr(args, flag))]
-    return out
-
-
-def _kube_api(args: argparse.Namespace) -> Any:
+def _kube_api(place: Any) -> Any:
     from airflow_provider_primus.kubernetes.client import KubeApi, api_client_from
 
     try:
-        return KubeApi(api_client_from(kubeconfig=args.kubeconfig, context=args.context))
+        return KubeApi(api_client_from(kubeconfig=place.kubeconfig, context=place.context))
     except Exception as exc:  # no kubeconfig, unknown context, not in a cluster
         print(f"error: no Kubernetes configuration ({exc}); pass --kubeconfig/--context", file=sys.stderr)
         raise SystemExit(2) from None
@@ -124,91 +116,53 @@ def register(sub: Any) -> None:
     master.set_defaults(handler=cmd_master)
 
 
-def _document_cluster(args: argparse.Namespace) -> dict[str, Any] | None:
-    """A Kubernetes job document's own ``backend.kubernetes`` (namespace, context), when the command
-    was given a document: it chooses the cluster store unless flags say otherwise."""
-    path = Path(str(getattr(args, "job", "")))
-    if path.suffix.lower() not in (".yaml", ".yml", ".json") or not path.is_file():
-        return None
-    from airflow_provider_primus.spec.loader import read_document
+def _backend(args: argparse.Namespace) -> Any:
+    """Where the command's jobs live (``backends.for_document``: the flags, else the document's own
+    cluster, else the local store); its store is opened here."""
+    from airflow_provider_primus.backends import for_document
 
-    try:
-        backend = (read_document(path).get("spec") or {}).get("backend") or {}
-    except Exception:
-        return None  # the command reports an unreadable document itself
-    if not isinstance(backend, dict) or backend.get("type") != "kubernetes":
-        return None
-    kube = backend.get("kubernetes")
-    return dict(kube) if isinstance(kube, dict) else {}
-
-
-def _store(args: argparse.Namespace) -> Any:
-    from airflow_provider_primus.master.store import SqliteJobStore
-
-    cluster = None if args.store else _document_cluster(args)
-    if getattr(args, "namespace", None) or getattr(args, "kubeconfig", None) or cluster is not None:
-        from airflow_provider_primus.kubernetes.store import KubeJobStore
-
-        cluster = cluster or {}
-        args.namespace = args.namespace or cluster.get("namespace") or "default"
-        args.context = args.context or cluster.get("context")
-        return KubeJobStore(_kube_api(args), args.namespace)
-    return SqliteJobStore(args.store)
-
-
-def _master(args: argparse.Namespace, store: Any, name: str, **kwargs: Any) -> Any:
-    """The job's master on the store's backend: local processes, or pods."""
-    from airflow_provider_primus.master.master import Master
-
-    if store.kind == "kubernetes":
-        from airflow_provider_primus.kubernetes.submission import kube_master
-
-        return kube_master(name, store.api, store.namespace, **kwargs)
-    if (store.get(name).spec.get("spec", {}).get("backend") or {}).get("type") == "yarn":
-        from airflow_provider_primus.yarn.submission import backend_factory
-
-        return Master(name, store, backend_factory=backend_factory(), **kwargs)
-    return Master(name, store, **kwargs)
+    job = getattr(args, "job", None)
+    backend = for_document(
+        Path(str(job)) if job else None,
+        store_path=args.store,
+        namespace=getattr(args, "namespace", None),
+        kubeconfig=getattr(args, "kubeconfig", None),
+        context=getattr(args, "context", None),
+        kube_api=_kube_api,
+    )
+    backend.store  # noqa: B018 (opened now: a cluster without configuration fails the command here)
+    return backend
 
 
 def _job_name(arg: str) -> str:
     path = Path(arg)
     if path.suffix.lower() in (".yaml", ".yml", ".json") and path.is_file():
-        from airflow_provider_primus.spec.loader import read_document
+        from airflow_provider_primus.contracts.loader import read_document
 
         return str(read_document(path).get("metadata", {}).get("name", arg))
     return arg
 
 
-def _client(store: Any, name: str) -> Any:
+def _client(backend: Any, name: str) -> Any:
     from airflow_provider_primus.master.client import ControlClient
-    from airflow_provider_primus.master.jobs import read_job_ca, read_token
 
-    api = (store.get(name).status.get("master") or {}).get("api")
+    api = (backend.store.get(name).status.get("master") or {}).get("api")
     if not api:
         raise RuntimeError(f"job {name!r} has no running master")
-    try:
-        token, ca = read_token(name), read_job_ca(name)
-    except FileNotFoundError:
-        if store.kind != "kubernetes":
-            raise
-        from airflow_provider_primus.kubernetes.submission import read_ca_cert
-        from airflow_provider_primus.kubernetes.submission import read_token as read_secret
-
-        token = read_secret(store.api, store.namespace, name)  # submitted from another machine
-        ca = read_ca_cert(store.api, store.namespace, name)
+    token, ca = backend.credentials(name)
     return ControlClient(api, token, ca=ca)
 
 
-def _submit(args: argparse.Namespace, store: Any, labels: dict[str, str] | None = None) -> tuple[str, bool]:
+def _submit(args: argparse.Namespace, backend: Any, labels: dict[str, str] | None = None) -> tuple[str, bool]:
     """Returns (name, fresh); an unfinished job of the same name is reused (master restart)."""
+    from airflow_provider_primus.contracts.loader import read_document
+    from airflow_provider_primus.contracts.status import TERMINAL
     from airflow_provider_primus.master.jobs import load_job, submit
     from airflow_provider_primus.master.store import JobNotFound
-    from airflow_provider_primus.spec.loader import read_document
-    from airflow_provider_primus.spec.status import TERMINAL
 
+    store = backend.store
     document = read_document(args.job)
-    _, stored = load_job(document, args.job.resolve().parent, store.kind)
+    _, stored = load_job(document, args.job.resolve().parent, backend.store_kind)
     name = str(stored["metadata"]["name"])
     try:
         existing = store.get(name)
@@ -244,13 +198,14 @@ def _line(status: dict[str, Any]) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from airflow_provider_primus.cli.progress import Bar, chatty, on_terminal
+    from airflow_provider_primus.contracts import SpecError
     from airflow_provider_primus.master.master import MasterError
-    from airflow_provider_primus.spec import SpecError
 
-    store = _store(args)
+    backend = _backend(args)
+    store = backend.store
     lines = not args.quiet and chatty(args.json)
     try:
-        name, fresh = _submit(args, store)
+        name, fresh = _submit(args, backend)
         bar = Bar(f"job {name}", enabled=on_terminal(args.json, disabled=args.quiet))
         last = [0.0]
 
@@ -262,7 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(_line(status), file=sys.stderr, flush=True)
                 last[0] = time.monotonic()
 
-        master = _master(args, store, name, on_status=show)
+        master = backend.for_job(name).master(name, on_status=show)
     except (SpecError, MasterError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -295,20 +250,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.master.jobs import job_paths, start_master, wait_for
-    from airflow_provider_primus.spec import SpecError
-    from airflow_provider_primus.spec.status import TERMINAL
+    from airflow_provider_primus.contracts import SpecError
+    from airflow_provider_primus.contracts.status import TERMINAL
+    from airflow_provider_primus.master.jobs import job_paths, wait_for
 
-    store = _store(args)
+    backend = _backend(args)
+    store = backend.store
     labels = dict(item.split("=", 1) for item in args.label if "=" in item)
     try:
-        name, fresh = _submit(args, store, labels)
+        name, fresh = _submit(args, backend, labels)
     except (SpecError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     pid = None
     if fresh or not (store.get(name).status.get("master") or {}).get("pid"):
-        pid = start_master(name, store_path=args.store, extra_args=_kube_args(args))
+        pid = backend.spawn_master(name)
 
     def settled(record: Any) -> bool:
         # Started, ended (a master that cannot plan the data fails the job at once), or gone.
@@ -350,11 +306,11 @@ def _alive(pid: int | None) -> bool:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.contracts.status import TERMINAL
     from airflow_provider_primus.master.store import JobNotFound
     from airflow_provider_primus.master.store_health import read_note, stale_reason
-    from airflow_provider_primus.spec.status import TERMINAL
 
-    store, name = _store(args), _job_name(args.job)
+    store, name = _backend(args).store, _job_name(args.job)
     try:
         status = store.get(name).status
     except JobNotFound as exc:
@@ -393,9 +349,9 @@ def _enforcement(ref: dict[str, Any]) -> str:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.spec.status import TERMINAL
+    from airflow_provider_primus.contracts.status import TERMINAL
 
-    store = _store(args)
+    store = _backend(args).store
     name = _job_name(args.job)
     after = 0
     while True:
@@ -414,7 +370,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 def cmd_scale(args: argparse.Namespace) -> int:
     try:
-        result = _client(_store(args), _job_name(args.job)).scale(args.role, args.replicas)
+        result = _client(_backend(args), _job_name(args.job)).scale(args.role, args.replicas)
     except Exception as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -423,19 +379,18 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.contracts.status import TERMINAL
     from airflow_provider_primus.master.jobs import wait_for
-    from airflow_provider_primus.master.store import modify
-    from airflow_provider_primus.spec.status import TERMINAL
 
-    store = _store(args)
+    backend = _backend(args)
     name = _job_name(args.job)
     try:
-        _client(store, name).stop()
+        _client(backend, name).stop()
     except Exception as exc:  # no master answering: record the intent for its next start
         print(f"note: {exc}; the stop is recorded for the master's next start", file=sys.stderr)
-        modify(store, name, lambda r: {**r.desired, "stop": True})
+        backend.request_stop_offline(name)
     if args.wait:
-        wait_for(store, name, lambda r: r.status.get("phase") in TERMINAL, timeout_s=120)
+        wait_for(backend.store, name, lambda r: r.status.get("phase") in TERMINAL, timeout_s=120)
     print(json.dumps({"job": name, "stop": "requested"}))
     return 0
 
@@ -448,7 +403,8 @@ def cmd_master(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        master = _master(args, _store(args), args.name)
+        backend = _backend(args)
+        master = backend.for_job(args.name).master(args.name)
     except JobEndedError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT.get(exc.phase, 1)  # the job's own outcome: a restarted driver pod ends as it did

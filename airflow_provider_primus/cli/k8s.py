@@ -88,7 +88,7 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 
 
 def cmd_crd(_args: argparse.Namespace) -> int:
-    from airflow_provider_primus.spec.crd import crd
+    from airflow_provider_primus.contracts.crd import crd
 
     sys.stdout.write(_dump([crd()]))
     return 0
@@ -115,10 +115,10 @@ def cmd_network_policy(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.contracts.crd import CRD_NAME, crd
     from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, api_client_from
     from airflow_provider_primus.kubernetes.install import apply, wait_established
     from airflow_provider_primus.kubernetes.manifests import rbac
-    from airflow_provider_primus.spec.crd import CRD_NAME, crd
 
     try:
         api = KubeApi(api_client_from(kubeconfig=args.kubeconfig, context=args.context))

@@ -42,10 +42,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.contracts import SpecError, load_data_spec
     from airflow_provider_primus.data.cache import PlanCache
     from airflow_provider_primus.data.planner import PlanCancelled, PlanOptions, Progress, plan
     from airflow_provider_primus.data.sources.files import MissingPartitionError
-    from airflow_provider_primus.spec import SpecError, load_data_spec
 
     try:
         spec = load_data_spec(args.spec)

@@ -23,9 +23,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.contracts import SpecError, load_data_spec
     from airflow_provider_primus.credentials import load_token
     from airflow_provider_primus.data.service.executor import serve
-    from airflow_provider_primus.spec import SpecError, load_data_spec
 
     options = DataExecutorOptions.from_namespace(args)
     try:

@@ -78,10 +78,10 @@ def _job_token() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.contracts import SpecError, load_data_spec
+    from airflow_provider_primus.contracts.loader import load_training_spec
+    from airflow_provider_primus.contracts.training import default_training
     from airflow_provider_primus.resources.allotment import passive_idle_threads
-    from airflow_provider_primus.spec import SpecError, load_data_spec
-    from airflow_provider_primus.spec.loader import load_training_spec
-    from airflow_provider_primus.spec.training import default_training
 
     passive_idle_threads()  # before torch loads its OpenMP runtime
     try:

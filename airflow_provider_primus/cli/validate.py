@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_primus.cli.args import count_of
 
 if TYPE_CHECKING:
-    from airflow_provider_primus.spec import SpecIssue
-    from airflow_provider_primus.spec.data import PrimusData
+    from airflow_provider_primus.contracts import SpecIssue
+    from airflow_provider_primus.contracts.data import PrimusData
 
 INVALID = 2
 # What a validator returns: its one-line summary, the data document a sample would read (the file
@@ -52,8 +52,8 @@ def register(sub: Any) -> None:
 
 def _summaries() -> dict[str, Callable[[dict[str, Any], Path], Checked]]:
     """One validator per ``kind``."""
-    from airflow_provider_primus.spec import load_data_spec
-    from airflow_provider_primus.spec.loader import load_training_spec
+    from airflow_provider_primus.contracts import load_data_spec
+    from airflow_provider_primus.contracts.loader import load_training_spec
 
     def data(document: dict[str, Any], path: Path) -> Checked:
         spec = load_data_spec(document)
@@ -86,8 +86,8 @@ def _summaries() -> dict[str, Callable[[dict[str, Any], Path], Checked]]:
 def _sample(data: PrimusData, rows: int, referenced_by: str | None) -> list[SpecIssue]:
     """The sample's problems as issues at the source's event time, where its unit is declared (a
     job's data document: under the job's key, as its other problems are)."""
+    from airflow_provider_primus.contracts import SpecIssue
     from airflow_provider_primus.data.sampling import sample_event_times
-    from airflow_provider_primus.spec import SpecIssue
 
     index = {s.name: i for i, s in enumerate(data.spec.sources)}
     issues = []
@@ -101,7 +101,7 @@ def _sample(data: PrimusData, rows: int, referenced_by: str | None) -> list[Spec
 
 
 def run(args: argparse.Namespace) -> int:
-    from airflow_provider_primus.spec import SpecError, read_document
+    from airflow_provider_primus.contracts import SpecError, read_document
 
     validators = _summaries()
     code = 0

@@ -1,1 +1,1 @@
-"""The data layer: logical sources (spec/) → physical partitions → executable tasks (the task graph)."""
+"""The data layer: logical sources (contracts/) → physical partitions → executable tasks (the task graph)."""

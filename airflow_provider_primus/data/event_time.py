@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_primus.spec.schema import DEFAULT_EVENT_TIME_UNIT, EVENT_TIME_UNITS, EventTime
+from airflow_provider_primus.contracts.schema import DEFAULT_EVENT_TIME_UNIT, EVENT_TIME_UNITS, EventTime
 
 __all__ = [
     "FUTURE_SLACK_MS",

@@ -5,7 +5,7 @@ the column chunks it decodes (pre-buffered and coalesced), so planning reads a f
 row group, and nothing downloads a whole object to read part of it.
 
 Credentials are resolved here, in the process that reads, from what the contract *names*
-(``spec/storage.py``): environment variables, a Kubernetes Secret's variables, or an Airflow
+(``contracts/storage.py``): environment variables, a Kubernetes Secret's variables, or an Airflow
 connection. This module never imports Airflow: the operators resolve a connection
 (``hooks/storage.py``) and pass the result down (:class:`ResolvedAccess`), or a backend puts it in a
 process's environment under :func:`connection_env_names`. Secrets never appear in a ``repr``, an
@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
+from airflow_provider_primus.contracts.storage import Credentials, ObjectStorage, uri_scheme
 from airflow_provider_primus.errors import PrimusError
-from airflow_provider_primus.spec.storage import Credentials, ObjectStorage, uri_scheme
 
 __all__ = [
     "ObjectStoreError",

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from airflow_provider_primus.contracts.errors import SpecError
+from airflow_provider_primus.contracts.loader import load_data_spec
+from airflow_provider_primus.contracts.sources import FileSource
 from airflow_provider_primus.data.model import MissingPartition
 from airflow_provider_primus.data.sources.files import list_partition, open_source_filesystem, partition_times
 from airflow_provider_primus.errors import PrimusError
-from airflow_provider_primus.spec.errors import SpecError
-from airflow_provider_primus.spec.loader import load_data_spec
-from airflow_provider_primus.spec.sources import FileSource
 
 __all__ = [
     "Readiness",

@@ -18,6 +18,8 @@ from typing import Any
 import pyarrow as pa
 from kafka import TopicPartition
 
+from airflow_provider_primus.contracts.data import PrimusData
+from airflow_provider_primus.contracts.sources import FileSource, KafkaSource
 from airflow_provider_primus.data.event_time import EventTimeFinding, check_values
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import plan
@@ -25,8 +27,6 @@ from airflow_provider_primus.data.reader import read_task
 from airflow_provider_primus.data.sources.files import open_source_filesystem
 from airflow_provider_primus.data.sources.kafka_client import consumer as kafka_consumer
 from airflow_provider_primus.data.transforms import BatchTransformer
-from airflow_provider_primus.spec.data import PrimusData
-from airflow_provider_primus.spec.sources import FileSource, KafkaSource
 
 __all__ = ["SAMPLE_TASKS", "sample_event_times"]
 

@@ -44,9 +44,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_primus.contracts.schema import SourceSchema, Transform
 from airflow_provider_primus.data.event_time import UNIT_NAMES, fitting_units
 from airflow_provider_primus.errors import TerminalError
-from airflow_provider_primus.spec.schema import SourceSchema, Transform
 
 __all__ = [
     "EVENT_TIME",

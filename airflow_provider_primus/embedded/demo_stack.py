@@ -31,13 +31,13 @@ from typing import Any
 import httpx
 import yaml
 
+from airflow_provider_primus.contracts.status import is_terminal
 from airflow_provider_primus.embedded.airflow_local import COMPONENTS, PRIVATE_UMASK, AirflowLocal
 from airflow_provider_primus.embedded.kafka import broker
 from airflow_provider_primus.embedded.kafka.distribution import DEFAULT_KAFKA_VERSION, ensure_distribution
 from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.gen.live import Schedule
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
-from airflow_provider_primus.spec.status import is_terminal
 
 JOB = "primus-streaming"
 BASELINE = "primus-streaming-batch"
@@ -391,8 +391,8 @@ class DemoStack:
     def scaling(self) -> list[dict[str, Any]]:
         """The autoscaler's decisions for the main job, from its event log: seconds since the stream
         started, action, executor, before -> after."""
+        from airflow_provider_primus.contracts.status import EventType
         from airflow_provider_primus.hooks.primus import PrimusHook
-        from airflow_provider_primus.spec.status import EventType
 
         t0 = self.stream_started or 0.0
         return [

@@ -136,7 +136,7 @@ def write_data_spec(
     so a bad topic or address fails here, not in the first job that reads it. ``history_uri`` (and
     its ``storage`` section) when the history went to an object store; ``kafka_security``: the
     stream source's ``security`` section (a secured cluster)."""
-    from airflow_provider_primus.spec import validate_data_spec
+    from airflow_provider_primus.contracts import validate_data_spec
 
     root = Path(root)
     document = {

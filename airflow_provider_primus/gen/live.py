@@ -162,8 +162,8 @@ def produce_live(
 def main(argv: list[str]) -> int:
     """``{"world": {...World fields, "start": ISO}, "bootstrap": ..., "topic": ..., "schedule": {...}}``,
     and optionally ``"security"``: a source's ``security`` mapping (the password by variable name)."""
+    from airflow_provider_primus.contracts.kafka import KafkaSecurity
     from airflow_provider_primus.process import StopRequested
-    from airflow_provider_primus.spec.kafka import KafkaSecurity
 
     args = json.loads(argv[0])
     fields = dict(args["world"])

@@ -19,13 +19,13 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_provider_primus.contracts.sources import KafkaSource
 from airflow_provider_primus.data.sources.kafka_client import (
     KafkaClient,
     client_config,
     connection_env_name,
     security_from_client_config,
 )
-from airflow_provider_primus.spec.sources import KafkaSource
 
 __all__ = [
     "kafka_client_for",

@@ -38,80 +38,45 @@ from typing import Any, TypeVar
 
 from airflow.sdk import BaseHook
 
+from airflow_provider_primus.backends import (
+    JobBackend,
+    KubernetesJobBackend,
+    Place,
+    YarnJobBackend,
+    for_settings,
+)
+from airflow_provider_primus.contracts.job import PrimusJob
+from airflow_provider_primus.contracts.loader import read_document
+from airflow_provider_primus.contracts.status import TERMINAL
 from airflow_provider_primus.credentials import derive_token
+from airflow_provider_primus.hooks.connection import (
+    YARN_CONNECTION_FIELDS,
+    connection_settings,
+    provider_setting,
+    storage_environment,
+)
 from airflow_provider_primus.master.client import ControlClient, ControlError, Transient
-from airflow_provider_primus.master.jobs import (
-    job_paths,
-    load_job,
-    read_job_ca,
-    read_token,
-    start_master,
-    submit_document,
-)
-from airflow_provider_primus.master.store import (
-    JobExists,
-    JobNotFound,
-    JobRecord,
-    JobStore,
-    SqliteJobStore,
-    modify,
-)
-from airflow_provider_primus.spec.job import PrimusJob
-from airflow_provider_primus.spec.loader import read_document
-from airflow_provider_primus.spec.status import TERMINAL
+from airflow_provider_primus.master.jobs import job_paths, load_job
+from airflow_provider_primus.master.store import JobExists, JobNotFound, JobRecord, JobStore
 
 # Operators and sensors reach jobs through this hook only: the store's types come from here too.
-__all__ = ["JobExists", "JobRecord", "PrimusError", "PrimusHook", "derive_token"]
+__all__ = [
+    "YARN_CONNECTION_FIELDS",
+    "JobExists",
+    "JobRecord",
+    "PrimusError",
+    "PrimusHook",
+    "derive_token",
+    "provider_setting",
+    "storage_environment",
+]
 
 T = TypeVar("T")
-# Connection extra -> the job document's backend.yarn field it fills.
-YARN_CONNECTION_FIELDS = {
-    "resource_manager": "resource_manager",
-    "queue": "queue",
-    "yarn_user": "user",
-    "hadoop_conf_dir": "conf_dir",
-    "kerberos_principal": "principal",
-    "kerberos_keytab": "keytab",
-}
 
 
 class PrimusError(ControlError):
     """A control call failed for good: refused by the master (``status``: its HTTP status), or no
     answer after the retries."""
-
-
-def provider_setting(key: str) -> str | None:
-    """``[primus] key`` of Airflow's configuration (also ``AIRFLOW__PRIMUS__KEY``), the deployment's
-    default under a connection's extra; None when unset or empty."""
-    try:
-        from airflow.configuration import conf
-
-        value = conf.get("primus", key, fallback="")
-    except Exception:  # no Airflow configuration at all (the core, a bare process)
-        return None
-    return str(value) if value else None
-
-
-def storage_environment(stored_job: Mapping[str, Any]) -> dict[str, str]:
-    """The environment carrying the ``aws`` and ``kafka`` connections the job's data document names,
-    resolved here (where Airflow is) for processes that cannot ask Airflow (``hooks/storage.py``,
-    ``hooks/kafka.py``)."""
-    from airflow_provider_primus.hooks.kafka import kafka_connection_environment, kafka_connection_ids
-    from airflow_provider_primus.hooks.storage import (
-        connection_environment,
-        connection_ids,
-        resolve_connections,
-    )
-    from airflow_provider_primus.spec.loader import load_data_spec
-
-    data_path = (stored_job.get("spec") or {}).get("data")
-    if not data_path:
-        return {}
-    spec = load_data_spec(Path(data_path))
-    ids = connection_ids(spec)
-    env = connection_environment(resolve_connections(ids)) if ids else {}
-    env.update(kafka_connection_environment(kafka_connection_ids(spec)))
-    return env
 
 
 class PrimusHook(BaseHook):
@@ -171,38 +136,35 @@ class PrimusHook(BaseHook):
         except Exception:
             if self.primus_conn_id != self.default_conn_name:
                 raise
-            return {
-                "home": provider_setting("home"),
-                "backend": provider_setting("default_backend") or "local",
-                "namespace": provider_setting("namespace"),
-                "kubernetes_conn_id": None,
-                "host": None,
-                "port": None,
-                "secret": None,
-                "yarn": {},
-                **self.overrides,
-            }
-        extra = conn.extra_dejson
-        return {
-            "home": extra.get("home") or provider_setting("home"),
-            "backend": extra.get("backend") or provider_setting("default_backend") or "local",
-            "namespace": extra.get("namespace") or provider_setting("namespace"),
-            "kubernetes_conn_id": extra.get("kubernetes_conn_id"),
-            "host": conn.host or None,
-            "port": conn.port,
-            "secret": conn.password or None,
-            "yarn": {
-                field: extra[key]
-                for key, field in YARN_CONNECTION_FIELDS.items()
-                if extra.get(key) not in (None, "")
-            },
-            **self.overrides,
-        }
+            conn = None
+        return {**connection_settings(conn), **self.overrides}
 
     @property
     def hook_params(self) -> dict[str, str]:
         """What a trigger needs to build the same hook (the per-task overrides)."""
         return dict(self.overrides)
+
+    @cached_property
+    def backend(self) -> JobBackend:
+        """Where this connection's jobs live (``backends/``): store, master, credentials, cancel."""
+        settings = self.settings
+        place = Place(
+            home=self.home,
+            namespace=settings["namespace"],
+            kube_api=self._kube_api,
+            secret=settings["secret"],
+            yarn=settings["yarn"],
+        )
+        return for_settings(settings["backend"], place)
+
+    def _kube_api(self, place: Place) -> Any:
+        """The cncf-kubernetes provider's API client for the configured connection."""
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+        from airflow_provider_primus.kubernetes.client import KubeApi
+
+        conn_id = self.settings["kubernetes_conn_id"] or KubernetesHook.default_conn_name
+        return KubeApi(KubernetesHook(conn_id=conn_id).api_client)
 
     @property
     def kubernetes(self) -> bool:
@@ -217,24 +179,15 @@ class PrimusHook(BaseHook):
         home = self.settings["home"]
         return Path(home).expanduser() if home else None
 
-    @cached_property
+    @property
     def store(self) -> JobStore:
-        if self.kubernetes:
-            from airflow_provider_primus.kubernetes.store import KubeJobStore
-
-            return KubeJobStore(self.kube_api, self.settings["namespace"] or "default")
-        home = self.home
-        return SqliteJobStore(home / "jobs.sqlite" if home else None)
+        return self.backend.store
 
     @cached_property
     def kube_api(self) -> Any:
         """The cncf-kubernetes provider's API client for the configured connection."""
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-        from airflow_provider_primus.kubernetes.client import KubeApi
-
-        conn_id = self.settings["kubernetes_conn_id"] or KubernetesHook.default_conn_name
-        return KubeApi(KubernetesHook(conn_id=conn_id).api_client)
+        backend = self.backend
+        return backend.api if isinstance(backend, KubernetesJobBackend) else self._kube_api(backend.place)
 
     def token(self, job: str) -> str:
         """The job's control-API token: derived from the connection's secret, else read where the
@@ -242,14 +195,7 @@ class PrimusHook(BaseHook):
 
         :param job: the job's name.
         """
-        secret = self.settings["secret"]
-        if secret:
-            return derive_token(secret, job)
-        if self.kubernetes:
-            from airflow_provider_primus.kubernetes.submission import read_token as read_secret
-
-            return read_secret(self.kube_api, self.settings["namespace"] or "default", job)
-        return read_token(job, self.home)
+        return self.backend.token(job)
 
     def ca(self, job: str) -> bytes | None:
         """The job's CA certificate, which its master's HTTPS certificate must chain to: from its
@@ -257,11 +203,7 @@ class PrimusHook(BaseHook):
 
         :param job: the job's name.
         """
-        if self.kubernetes:
-            from airflow_provider_primus.kubernetes.submission import read_ca_cert
-
-            return read_ca_cert(self.kube_api, self.settings["namespace"] or "default", job)
-        return read_job_ca(job, self.home)
+        return self.backend.ca(job)
 
     def endpoint(self, record: JobRecord) -> str:
         """The job's control-API base URL: the connection's fixed one (``https`` for a job that
@@ -306,22 +248,7 @@ class PrimusHook(BaseHook):
             document, base_dir = read_document(path), path.resolve().parent
         else:
             document, base_dir = dict(job), Path(base or os.getcwd())
-        job_name = name or str(document.get("metadata", {}).get("name", ""))
-        if self.yarn:
-            from airflow_provider_primus.yarn.application import with_yarn_backend
-
-            document = with_yarn_backend(document, self.settings["yarn"])
-        secret = self.settings["secret"]
-        record = submit_document(
-            document,
-            base_dir,
-            name=name,
-            store=self.store,
-            labels=labels,
-            home=self.home,
-            token=derive_token(secret, job_name) if secret else None,
-            keep_files=keep_files,
-        )
+        record = self.backend.submit(document, base_dir, name=name, labels=labels, keep_files=keep_files)
         if start:
             self.start_master(record.name)
         return record
@@ -334,15 +261,7 @@ class PrimusHook(BaseHook):
 
         :param name: the job's name.
         """
-        env = storage_environment(self.store.get(name).spec)
-        if self.kubernetes:
-            if env:  # a Secret owned by the job, taken in whole by its master's and executors' pods
-                from airflow_provider_primus.kubernetes.submission import store_connections
-
-                store_connections(self.store, name, env)  # type: ignore[arg-type]
-            self.start_master_pod(name)
-            return 0
-        return start_master(name, store_path=getattr(self.store, "path", None), home=self.home, env=env)
+        return self.backend.start_master(name, storage_environment(self.store.get(name).spec))
 
     def start_master_pod(self, name: str, image: str | None = None) -> dict[str, Any]:
         """Kubernetes: create the job's master driver pod (owned by the PrimusJob); an existing one is
@@ -351,10 +270,8 @@ class PrimusHook(BaseHook):
         :param name: the job's name.
         :param image: the master's image (default: the job's ``backend.kubernetes.image``, else ours).
         """
-        from airflow_provider_primus.kubernetes.submission import start_master_pod
-
-        store: Any = self.store  # a KubeJobStore: the backend is kubernetes
-        return start_master_pod(store, name, image)
+        backend: Any = self.backend  # a KubernetesJobBackend: the backend is kubernetes
+        return dict(backend.start_master_pod(name, image))
 
     def cancel_job(self, name: str) -> None:
         """What cancelling a job means, for every caller (operators' and triggers' ``on_kill``): on
@@ -364,15 +281,7 @@ class PrimusHook(BaseHook):
 
         :param name: the job's name.
         """
-        if self.kubernetes:
-            self.delete_job(name)
-            return
-        try:
-            self.stop_job(name)
-        except PrimusError:
-            self.request_stop_offline(name)
-            if self.yarn:
-                self.kill_yarn_application(name)
+        self.backend.cancel(name, lambda: self.stop_job(name))
 
     def kill_yarn_application(self, name: str) -> list[str]:
         """YARN, when no master answers: kill the job's application (found by its tag) so its
@@ -380,26 +289,15 @@ class PrimusHook(BaseHook):
 
         :param name: the job's name.
         """
-        from airflow_provider_primus.yarn.application import kill_job_applications
-
-        record = self.get_job(name)
-        stored = ((record.spec.get("spec") or {}).get("backend") or {}).get("yarn") if record else None
-        return kill_job_applications(name, {**self.settings["yarn"], **(stored or {})})
+        return YarnJobBackend(self.backend.place, self.store).kill_applications(name, self.get_job(name))
 
     async def acancel_job(self, name: str) -> None:
         """``cancel_job`` for the triggerer's event loop (connection and store access run in a thread).
 
         :param name: the job's name.
         """
-        if await asyncio.to_thread(lambda: self.kubernetes):
-            await asyncio.to_thread(self.delete_job, name)
-            return
-        try:
-            await self.astop_job(name)
-        except PrimusError:  # no master answers: the stop waits in the job object for the next one
-            await asyncio.to_thread(self.request_stop_offline, name)
-            if await asyncio.to_thread(lambda: self.yarn):
-                await asyncio.to_thread(self.kill_yarn_application, name)
+        backend = await asyncio.to_thread(lambda: self.backend)
+        await backend.acancel(name, lambda: self.astop_job(name))
 
     def delete_job(self, name: str) -> None:
         """Remove the job from the store (on Kubernetes its owned objects follow), e.g. to submit an
@@ -416,15 +314,8 @@ class PrimusHook(BaseHook):
         :param path: the PrimusJob document.
         """
         path = Path(path)
-        document = read_document(path)
-        if self.yarn:
-            from airflow_provider_primus.yarn.application import with_yarn_backend
-
-            document = with_yarn_backend(document, self.settings["yarn"])
-        # A YARN job is submitted to the local job store: its master runs here.
-        _, stored = load_job(
-            document, path.resolve().parent, "local" if self.yarn else self.settings["backend"]
-        )
+        backend = self.backend  # a YARN job is submitted to the local job store: its master runs here
+        _, stored = load_job(backend.prepare(read_document(path)), path.resolve().parent, backend.store_kind)
         return stored
 
     def get_job(self, name: str) -> JobRecord | None:
@@ -471,7 +362,7 @@ class PrimusHook(BaseHook):
 
         :param name: the job's name.
         """
-        modify(self.store, name, lambda r: {**r.desired, "stop": True})
+        self.backend.request_stop_offline(name)
 
     async def aget_job(self, name: str) -> JobRecord | None:
         """``get_job`` for the event loop (the store read runs in a thread).
@@ -615,7 +506,7 @@ class PrimusHook(BaseHook):
 
     def test_connection(self) -> tuple[bool, str]:
         """The store must open; a configured fixed endpoint must answer."""
-        where = getattr(self.store, "path", None) or f"namespace {self.settings['namespace'] or 'default'}"
+        where = self.backend.where
         try:
             jobs = self.store.find()
         except Exception as exc:

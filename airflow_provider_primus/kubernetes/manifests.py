@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_primus import __version__
-from airflow_provider_primus.spec.crd import CRD_NAME, GROUP, PLURAL
-from airflow_provider_primus.spec.job import POD_HOME, KubernetesBackend, format_memory
+from airflow_provider_primus.contracts.crd import CRD_NAME, GROUP, PLURAL
+from airflow_provider_primus.contracts.job import POD_HOME, KubernetesBackend, format_memory
 from airflow_provider_primus.tls import ADVERTISE_ENV
 
 DEFAULT_IMAGE = f"airflow-provider-primus:{__version__}"
@@ -216,7 +216,7 @@ def connections_secret_name(job: str) -> str:
 
 def connections_secret(job: str, env: Mapping[str, str], owner: Mapping[str, Any] | None) -> dict[str, Any]:
     """The Airflow connections a job's data document names (``aws`` and ``kafka``), resolved where
-    Airflow is, as the environment its processes read them from (``hooks/primus.storage_environment``):
+    Airflow is, as the environment its processes read them from (``hooks/connection.storage_environment``):
     one Secret owned by the job, which the master's and every executor's pod take in whole through
     ``envFrom`` (the values never appear in a pod spec, a log or an event)."""
     meta: dict[str, Any] = {"name": connections_secret_name(job), "labels": {LABEL_JOB: job}}

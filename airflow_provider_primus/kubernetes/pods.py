@@ -30,6 +30,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from airflow_provider_primus.contracts.data import PrimusData
+from airflow_provider_primus.contracts.job import KubernetesBackend as KubernetesSettings
+from airflow_provider_primus.contracts.job import is_loopback
+from airflow_provider_primus.contracts.training import PrimusTraining
 from airflow_provider_primus.credentials import TOKEN_ENV, token_env_from_secret
 from airflow_provider_primus.data.service.dispatcher_server import LOCATION_FILE_ENV
 from airflow_provider_primus.kubernetes.client import (
@@ -51,12 +55,8 @@ from airflow_provider_primus.kubernetes.manifests import (
     pod_storage,
 )
 from airflow_provider_primus.process import EXIT_FILE_ENV
-from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
+from airflow_provider_primus.resources.backend import Allotment, Handle, LaunchRequest, Observation
 from airflow_provider_primus.resources.own_usage import OWN_CGROUP_ENV
-from airflow_provider_primus.spec.data import PrimusData
-from airflow_provider_primus.spec.job import KubernetesBackend as KubernetesSettings
-from airflow_provider_primus.spec.job import is_loopback
-from airflow_provider_primus.spec.training import PrimusTraining
 from airflow_provider_primus.tls import ADVERTISE_ENV, TLS_DIR_ENV, TLS_MOUNT, tls_secret_name
 
 log = logging.getLogger(__name__)
@@ -170,16 +170,14 @@ class KubernetesBackend:
                     out[at + 1 : at + 1] = ["--port", str(DATA_PORT)]
         return out
 
-    def pod_manifest(  # noqa: PLR0917 - mirrors launch()
-        self,
-        name: str,
-        role: str,
-        index: int,
-        allotment: Allotment,
-        command: Sequence[str],
-        env: Mapping[str, str],
-        incarnation: int = 0,
-    ) -> dict[str, Any]:
+    def pod_manifest(self, request: LaunchRequest) -> dict[str, Any]:
+        role, index, allotment, command, env = (
+            request.role,
+            request.index,
+            request.allotment,
+            request.command,
+            request.env,
+        )
         quantities = {"cpu": cpu_quantity(allotment.cpu), "memory": str(allotment.memory)}
         variables: list[dict[str, Any]] = [
             # First: ``$(PRIMUS_ADVERTISE_HOST)`` in the command expands only to a variable defined
@@ -246,8 +244,8 @@ class KubernetesBackend:
         if self.t.service_account:
             spec["serviceAccountName"] = self.t.service_account
         meta: dict[str, Any] = {
-            "name": pod_name(self.t.job, role, index, incarnation),
-            "labels": self._labels(role, index, incarnation, name),
+            "name": pod_name(self.t.job, role, index, request.incarnation),
+            "labels": self._labels(role, index, request.incarnation, request.name),
         }
         if location is not None:
             meta["annotations"] = {DISPATCHER_ANNOTATION: location}
@@ -255,18 +253,10 @@ class KubernetesBackend:
             meta["ownerReferences"] = [self.t.owner]
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
-    def launch(  # noqa: PLR0917 - the Backend protocol
-        self,
-        name: str,
-        role: str,
-        index: int,
-        allotment: Allotment,
-        command: Sequence[str],
-        env: Mapping[str, str],
-        incarnation: int = 0,
-    ) -> Handle:
+    def launch(self, request: LaunchRequest) -> Handle:
         self._ensure_documents()
-        body = self.pod_manifest(name, role, index, allotment, command, env, incarnation)
+        body = self.pod_manifest(request)
+        allotment = request.allotment
         pod = body["metadata"]["name"]
         try:
             created = self.api.create(self.pods_path, body)
@@ -280,9 +270,9 @@ class KubernetesBackend:
             existing = _allotment(created)
             allotment = existing or allotment
         return Handle(
-            name,
-            role,
-            index,
+            request.name,
+            request.role,
+            request.index,
             allotment,
             {"pod": pod, "uid": created["metadata"]["uid"], "namespace": self.t.namespace},
         )
@@ -443,7 +433,7 @@ def _created(meta: Mapping[str, Any]) -> float:
 
 
 def _allotment(pod: Mapping[str, Any]) -> Allotment | None:
-    from airflow_provider_primus.spec.job import parse_cpu, parse_memory
+    from airflow_provider_primus.contracts.job import parse_cpu, parse_memory
 
     for c in pod.get("spec", {}).get("containers", []):
         if c.get("name") == CONTAINER:

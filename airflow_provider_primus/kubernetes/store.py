@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_primus.contracts.crd import API_VERSION, KIND, PLURAL
+from airflow_provider_primus.contracts.errors import SpecError, SpecIssue
 from airflow_provider_primus.credentials import token_secret
 from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, parse_time, resource_path
 from airflow_provider_primus.kubernetes.informer import Informer
@@ -37,8 +39,6 @@ from airflow_provider_primus.kubernetes.manifests import (
 )
 from airflow_provider_primus.master.jobs import job_documents
 from airflow_provider_primus.master.store import Conflict, Event, JobExists, JobNotFound, JobRecord
-from airflow_provider_primus.spec.crd import API_VERSION, KIND, PLURAL
-from airflow_provider_primus.spec.errors import SpecError, SpecIssue
 from airflow_provider_primus.tls import JobCa, tls_secret
 
 EVENT_SOURCE = "primus-master"

@@ -16,6 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from airflow_provider_primus.contracts.data import validate_data_spec
+from airflow_provider_primus.contracts.job import KubernetesBackend as KubernetesSettings
+from airflow_provider_primus.contracts.loader import load_training_spec
+from airflow_provider_primus.contracts.training import validate_training_spec
 from airflow_provider_primus.credentials import token_from_secret, token_secret_name
 from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resource_path
 from airflow_provider_primus.kubernetes.manifests import (
@@ -27,10 +31,6 @@ from airflow_provider_primus.kubernetes.manifests import (
 from airflow_provider_primus.kubernetes.pods import KubernetesBackend, PodTemplate, storage_secret_env
 from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.master.jobs import job_documents
-from airflow_provider_primus.spec.data import validate_data_spec
-from airflow_provider_primus.spec.job import KubernetesBackend as KubernetesSettings
-from airflow_provider_primus.spec.loader import load_training_spec
-from airflow_provider_primus.spec.training import validate_training_spec
 from airflow_provider_primus.tls import JobCa, ca_from_secret, tls_secret_name
 
 if TYPE_CHECKING:

@@ -22,12 +22,12 @@ import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from airflow_provider_primus.contracts.base import UtcDatetime
+from airflow_provider_primus.contracts.data import PrimusData, window_source
+from airflow_provider_primus.contracts.errors import SpecError
 from airflow_provider_primus.data.service.auth import advertised_host
 from airflow_provider_primus.master.metrics import CONTENT_TYPE
 from airflow_provider_primus.master.store import JobStore, modify
-from airflow_provider_primus.spec.base import UtcDatetime
-from airflow_provider_primus.spec.data import PrimusData, window_source
-from airflow_provider_primus.spec.errors import SpecError
 
 
 class Control(Protocol):

@@ -32,8 +32,8 @@ from tenacity import (
     wait_random,
 )
 
+from airflow_provider_primus.contracts.status import Event, JobStatus
 from airflow_provider_primus.errors import PrimusError
-from airflow_provider_primus.spec.status import Event, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +282,7 @@ class ControlClient:
         return result
 
     def job_status(self) -> JobStatus:
-        """The status as the typed model every reader shares (spec/status.py)."""
+        """The status as the typed model every reader shares (contracts/status.py)."""
         return JobStatus.read(self.status())
 
     async def ajob_status(self) -> JobStatus:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from airflow_provider_primus.contracts.job import PrimusJob
 from airflow_provider_primus.data.service.options import DataExecutorOptions
 from airflow_provider_primus.master.jobs import JobPaths
 from airflow_provider_primus.process import primus_command
-from airflow_provider_primus.spec.job import PrimusJob
 from airflow_provider_primus.training.options import TrainerExecutorOptions
 
 __all__ = ["executor_command"]

@@ -15,17 +15,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_primus.contracts.data import PrimusData, Window, files_subset, window_source
+from airflow_provider_primus.contracts.errors import SpecError
+from airflow_provider_primus.contracts.job import PrimusJob
+from airflow_provider_primus.contracts.sources import FileSource
+from airflow_provider_primus.contracts.status import EventType
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import plan
 from airflow_provider_primus.data.service.auth import bind_host
 from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
 from airflow_provider_primus.master.events import EventLog
-from airflow_provider_primus.spec.data import PrimusData, Window, files_subset, window_source
-from airflow_provider_primus.spec.errors import SpecError
-from airflow_provider_primus.spec.job import PrimusJob
-from airflow_provider_primus.spec.sources import FileSource
-from airflow_provider_primus.spec.status import EventType
 from airflow_provider_primus.tls import JobCa
 
 __all__ = ["JobData"]

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from airflow_provider_primus.contracts.status import EventType, payload_model
 from airflow_provider_primus.master.store import JobStore
-from airflow_provider_primus.spec.status import EventType, payload_model
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class EventLog:
         data: BaseModel | Mapping[str, Any] | None = None,
     ) -> None:
         """Record an event now (the loop's thread). ``data`` must fit the type's payload model
-        (spec/status.py): readers rely on it, so a payload that does not fit is a bug found here."""
+        (contracts/status.py): readers rely on it, so a payload that does not fit is a bug found here."""
         payload = payload_model(type_).model_validate(
             data.model_dump(mode="json") if isinstance(data, BaseModel) else dict(data or {})
         )

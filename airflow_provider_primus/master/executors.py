@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.contracts.job import PrimusJob, Role
+from airflow_provider_primus.contracts.status import EventType, ExecutorState
 from airflow_provider_primus.credentials import TOKEN_ENV
 from airflow_provider_primus.master.events import EventLog
 from airflow_provider_primus.process import EXIT_FILE_ENV, EXIT_TERMINAL, error_file, read_error
-from airflow_provider_primus.resources.backend import Allotment, Backend, Handle, Observation
-from airflow_provider_primus.spec.job import PrimusJob, Role
-from airflow_provider_primus.spec.status import EventType, ExecutorState
+from airflow_provider_primus.resources.backend import Allotment, Backend, Handle, LaunchRequest, Observation
 from airflow_provider_primus.tls import TLS_DIR_ENV
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ class Executors:
             env[TLS_DIR_ENV] = str(self.tls_dir)
         command = self.command_for(role, ex.service_name, index)
         ex.handle = self.backend.launch(
-            name, role, index, allotment, command, env, incarnation=ex.incarnation
+            LaunchRequest(name, role, index, allotment, command, env, incarnation=ex.incarnation)
         )
         self.all[name] = ex
         self.events.emit(

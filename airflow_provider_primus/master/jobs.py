@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.contracts.errors import SpecError, SpecIssue
+from airflow_provider_primus.contracts.job import PrimusJob, validate_job_spec
+from airflow_provider_primus.contracts.loader import load_data_spec, load_training_spec, read_document
+from airflow_provider_primus.contracts.training import check_against, default_training
 from airflow_provider_primus.credentials import new_token, read_token_file, write_token_file
 from airflow_provider_primus.master.store import JobRecord, JobStore, SqliteJobStore
 from airflow_provider_primus.paths import primus_home
 from airflow_provider_primus.process import primus_command
-from airflow_provider_primus.spec.errors import SpecError, SpecIssue
-from airflow_provider_primus.spec.job import PrimusJob, validate_job_spec
-from airflow_provider_primus.spec.loader import load_data_spec, load_training_spec, read_document
-from airflow_provider_primus.spec.training import check_against, default_training
 from airflow_provider_primus.tls import CA_FILE, JobCa
 
 

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from airflow_provider_primus.contracts.job import PrimusJob
 from airflow_provider_primus.master.executors import Executor
-from airflow_provider_primus.spec.job import PrimusJob
 
 __all__ = ["Hang", "Liveness"]
 

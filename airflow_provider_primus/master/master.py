@@ -4,10 +4,11 @@ Each pass reads the job object (spec + desired), observes the executors, and con
 a controller-runtime reconciler: idempotent passes, everything a pass needs in the store, the status
 written by this one owner. The work is done by collaborators, one reason to change each: executor
 lifecycle (``executors``), scaling (``scaling``), the job's data and data service (``dataservice``),
-observation (``telemetry``), savepoints (``savepoints``), events (``events``), status publication
-(``publish``) and the control API (``api``). A restarted master re-adopts the executors its
-predecessor launched (same PIDs or pods, no duplicates) and its dispatcher resumes from the progress
-its predecessor persisted.
+observation (``telemetry``), executors' ends and hangs (``settling``), savepoints (``savepoints``),
+events (``events``), status assembly (``status``) and publication (``publish``) and the control API
+(``api``, served by ``serving``). A restarted master takes over what its predecessor's status holds
+(``resume``): it re-adopts the executors launched before (same PIDs or pods, no duplicates) and its
+dispatcher resumes from the progress persisted.
 """
 
 from __future__ import annotations
@@ -18,41 +19,38 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_primus.data.service.auth import advertised_host, bind_host
+from airflow_provider_primus.contracts.job import PrimusJob
+from airflow_provider_primus.contracts.loader import load_data_spec, load_training_spec
+from airflow_provider_primus.contracts.status import Desired, EventType, JobStatus, Phase
 from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.errors import TerminalError
-from airflow_provider_primus.master.api import ApiServer, JobControl, create_app
+from airflow_provider_primus.master.api import JobControl
 from airflow_provider_primus.master.commands import executor_command
 from airflow_provider_primus.master.dataservice import JobData
 from airflow_provider_primus.master.events import EventLog
-from airflow_provider_primus.master.executors import RUNNING, Executor, Executors
+from airflow_provider_primus.master.executors import Executors
 from airflow_provider_primus.master.jobs import job_paths, read_token
 from airflow_provider_primus.master.liveness import Liveness
-from airflow_provider_primus.master.metrics import JobMetrics, render
-from airflow_provider_primus.master.passes import PassFailures
-from airflow_provider_primus.master.publish import (
-    JobEndedError,
-    MasterError,
-    StatusPublisher,
-    job_status,
-    refuse_second_master,
-)
+from airflow_provider_primus.master.metrics import JobMetrics
+from airflow_provider_primus.master.passes import PassFailures, record_failed_pass, record_recovery
+from airflow_provider_primus.master.publish import MasterError, StatusPublisher
+from airflow_provider_primus.master.resume import Resumed
 from airflow_provider_primus.master.savepoints import Savepoints
 from airflow_provider_primus.master.scaling import Scaling
+from airflow_provider_primus.master.serving import serve_api
+from airflow_provider_primus.master.settling import Settling
+from airflow_provider_primus.master.status import job_status
 from airflow_provider_primus.master.store import JobNotFound, JobStore, SqliteJobStore
 from airflow_provider_primus.master.store_health import StoreHealth
 from airflow_provider_primus.master.telemetry import Telemetry
 from airflow_provider_primus.master.trainers import TrainerGroup
-from airflow_provider_primus.resources.backend import Allotment, Backend, Observation
+from airflow_provider_primus.resources.backend import Allotment, Backend
 from airflow_provider_primus.resources.local import LocalBackend
-from airflow_provider_primus.spec.job import PrimusJob
-from airflow_provider_primus.spec.loader import load_data_spec, load_training_spec
-from airflow_provider_primus.spec.status import EventType, Phase
-from airflow_provider_primus.tls import JobCa, write_private
+from airflow_provider_primus.tls import JobCa
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +85,10 @@ class Master:
         self.wake = threading.Event()
         self.events = EventLog(store, name)
         self.pass_times: deque[float] = deque(maxlen=1000)  # seconds per reconcile pass (benchmarks)
-        previous = record.status
-        self.phase = Phase(previous.get("phase") or Phase.PENDING)
-        if self.phase.terminal:
-            raise JobEndedError(name, self.phase.value)
-        refuse_second_master(name, previous.get("master") or {})
-        self.message, self.suspended = "", bool(previous.get("suspended", False))
-        self.applied: dict[str, Any] = dict(previous.get("applied") or {})
+        resumed = Resumed.take_over(name, record.job_status)
+        previous = resumed.status
+        self.phase, self.message, self.suspended = previous.phase, "", previous.suspended
+        self.applied: dict[str, Any] = dict(previous.applied)
         if backend is None and backend_factory is not None:
             try:
                 backend = backend_factory(self)
@@ -103,65 +98,50 @@ class Master:
                 self.events.emit(EventType.FAILED, message)
                 raise MasterError(message) from exc
         self.backend = backend or LocalBackend(self.paths.executors, on_event=self.backend_event)
-        known = previous.get("executors") or {}
         self.executors = Executors(
             self.job, self.backend, self.events, token=self.token, exit_dir=self.paths.executors,
-            command_for=self._command, known=known,
+            command_for=self._command, known=resumed.executors(),
             tls_dir=self.paths.tls if self.ca else None,
         )  # fmt: skip
         self.scaling = Scaling(self.job, self.executors, self.events, applied=self.applied, previous=previous)
         self.trainers = TrainerGroup(
-            self.executors,
-            self.events,
-            self.scaling.replicas,
-            applied=self.applied,
+            self.executors, self.events, self.scaling.replicas, applied=self.applied,
             send_command=self._send_command,
-        )
-        self.telemetry = Telemetry((previous.get("progress") or {}).get("trainer_report") or {})
-        self.savepoints = Savepoints(self.events, previous.get("savepoints") or {})
+        )  # fmt: skip
+        self.telemetry = Telemetry(previous.progress.trainer_report)
+        self.savepoints = Savepoints(self.events, resumed.savepoints())
         self.publisher = StatusPublisher(store, name, on_status)
-        windows, progress = list(previous.get("windows") or []), previous.get("data_progress") or {}
-        self.jobdata = JobData(self.job, self.data, self.events, windows=windows, progress=progress)
-        master = previous.get("master") or {}
+        self.jobdata = JobData(
+            self.job, self.data, self.events, windows=resumed.windows(), progress=previous.data_progress
+        )
         try:
-            self.server = self.jobdata.start(self.token, int(master.get("dispatcher_port") or 0), self.ca)
+            self.server = self.jobdata.start(self.token, resumed.dispatcher_port, self.ca)
         except Exception as exc:  # the data cannot be planned: nothing will ever run
             message = self.jobdata.planning_failure(exc)
             self._fail_at_start(previous, message)
             raise MasterError(message) from exc
-        listen, self.control = self.job.spec.control, JobControl(store, name, self.wake, self.data)
-        collector = JobMetrics(name, self.control.status_view, self.events.counts)
-        app = create_app(self.control, self.token, metrics=lambda: render(collector))
-        host = bind_host(listen.host)
-        self.api = ApiServer(
-            app,
-            host,
-            int(master.get("api_port") or listen.port),
-            tls=self._api_certificate(host),
-            advertise=advertised_host(host),
-        ).start()
-        self.restarted = bool(master)
+        self.control = JobControl(store, name, self.wake, self.data)
+        metrics = JobMetrics(name, self.control.status_view, self.events.counts)
+        self.api = serve_api(
+            self.control, self.token, metrics, listen=self.job.spec.control, port=resumed.api_port,
+            ca=self.ca, tls_dir=self.paths.tls,
+        )  # fmt: skip
+        self.restarted = resumed.restarted
         # Executors a previous master launched were seen by it: their hang clock starts now.
         self.liveness = Liveness(self.job, adopted=self.executors.live())
+        self.settling = Settling(
+            executors=self.executors, trainers=self.trainers, scaling=self.scaling,
+            telemetry=self.telemetry, jobdata=self.jobdata, savepoints=self.savepoints,
+            liveness=self.liveness, events=self.events, applied=self.applied, fail=self._fail,
+        )  # fmt: skip
         for ex in self.executors.adopt_all():
-            self._settle(ex, self.executors.lost_while_away(ex))
+            self.settling.settle(ex, self.executors.lost_while_away(ex))
         verb = "restarted" if self.restarted else "started"
         self.events.emit(
             EventType.MASTER_STARTED, f"master {verb} (pid {os.getpid()}), control API {self.api.url}"
         )
 
-    def _api_certificate(self, host: str) -> tuple[Path, Path] | None:
-        """The control API's certificate and key, issued afresh for the address it serves on and
-        written 0600 beside the CA (uvicorn reads files)."""
-        if self.ca is None:
-            return None
-        cert, key = self.ca.issue([advertised_host(host)])
-        files = (self.paths.tls / "api.crt", self.paths.tls / "api.key")
-        write_private(files[1], key)
-        write_private(files[0], cert)
-        return files
-
-    def _fail_at_start(self, previous: Mapping[str, Any], message: str) -> None:
+    def _fail_at_start(self, previous: JobStatus, message: str) -> None:
         """The job fails with the reason in its status, where `primus submit`, `primus status` and
         the Airflow operator look (not only as a traceback in master.log). A restarted master's
         executors are stopped: without a plan nothing can feed or judge them."""
@@ -203,7 +183,7 @@ class Master:
                     self.reconcile()
                     failing.clear()
                     if (stale := health.recovered()) is not None:
-                        self._recovered(*stale)
+                        record_recovery(self.events, *stale)
                 except JobNotFound:  # the job object was deleted (Kubernetes: a cancel): stop it all
                     self.phase, self.message = Phase.STOPPED, "the job object was deleted"
                     log.info("job %s deleted: stopping its executors", self.name)
@@ -218,24 +198,13 @@ class Master:
                     if failing.add():
                         self._fail(f"{failing.summary()}; last: {exc!r}")
                         break
-                    try:  # the event goes to the same store that may be what is failing
-                        self.events.emit(EventType.RECONCILE_ERROR, f"{type(exc).__name__}: {exc}")
-                    except Exception:
-                        log.exception("recording the failed pass")
+                    record_failed_pass(self.events, exc)
                 if self.phase.terminal:
                     break
                 self.wake.wait(failing.backoff(self.tick_s))
         finally:
             self.close()
         return self.phase
-
-    def _recovered(self, held_s: float, failures: int) -> None:
-        """Passes succeed again: the stored status is current once more; say how long it was not."""
-        message = f"the job's status is current again after {failures} failed pass(es) over {held_s:.0f} s"
-        try:
-            self.events.emit(EventType.STORE_RECOVERED, message)
-        except Exception:
-            log.exception("recording the recovery")
 
     def reconcile(self) -> None:
         started = time.perf_counter()
@@ -248,13 +217,13 @@ class Master:
         for notice in self.store.take_notices() if isinstance(self.store, SqliteJobStore) else []:
             self.events.emit(EventType.STORE_RECREATED, notice)
         self.events.flush()
-        self._apply_desired(self.store.get(self.name).desired)
+        self._apply_desired(self.store.get(self.name).job_desired)
         if not self.phase.terminal:
-            ended = self.telemetry.observe(self.executors.live(), self.backend, self.server, self._reported)
-            for ex, obs in ended:
-                self._settle(ex, obs)
-        if not self.phase.terminal and not self.suspended:
-            self._replace_hung()
+            live, settling = self.executors.live(), self.settling
+            for ex, obs in self.telemetry.observe(live, self.backend, self.server, settling.reported):
+                settling.settle(ex, obs)
+        if not self.phase.terminal and not self.suspended:  # running but not progressing: replaced
+            self.settling.replace_hung()
         if not self.phase.terminal:
             self.savepoints.send(self.executors.running("trainer"), self.server.send_command)
         self.jobdata.report_quarantine()
@@ -270,7 +239,7 @@ class Master:
         if not self.phase.terminal:
             self.scaling.publish(self.store, self.name)
         if self.phase.terminal:
-            self._stop_all()
+            self.settling.stop_all()
             self.savepoints.settle(self.phase, self.telemetry.trainer_report)
         elif self.suspended:
             self.phase = Phase.SUSPENDED
@@ -278,12 +247,12 @@ class Master:
             self.phase = Phase.RUNNING
         self._write_status()
 
-    def _apply_desired(self, desired: Mapping[str, Any]) -> None:
-        if desired.get("stop") and not self.phase.terminal:
+    def _apply_desired(self, desired: Desired) -> None:
+        if desired.stop and not self.phase.terminal:
             self.phase, self.message = Phase.STOPPED, "stopped on request"
             self.events.emit(EventType.STOPPED, "stop requested")
             return
-        suspend = bool(desired.get("suspend", False))
+        suspend = desired.suspend
         if suspend != self.suspended:
             self.suspended = suspend
             self.events.emit(
@@ -291,59 +260,10 @@ class Master:
                 f"{'suspend' if suspend else 'resume'} requested",
             )
             if suspend:
-                self._stop_all()
+                self.settling.stop_all()
         self.scaling.apply_requests(desired)
-        self.jobdata.append(list(desired.get("windows", [])))
-        self.savepoints.record(desired.get("savepoints", []))
-
-    def _reported(self, ex: Executor, report: Mapping[str, Any]) -> None:
-        """A trainer's report: the savepoints it covered, the job events it raised and, in the last
-        report of one that failed, the error it failed on."""
-        if report.get("error"):
-            ex.error = str(report["error"])
-        self.savepoints.reported(report)
-        self.events.from_trainer(
-            ex.name, ex.service_name, report, self.applied.setdefault("trainer_events", {})
-        )
-
-    def _settle(self, ex: Executor, obs: Observation) -> None:
-        self.telemetry.forget(ex.name)
-        if ex.role == "data":
-            self.dispatcher.forget(ex.service_name)
-        outcome = (self.trainers.settle(ex, obs) if ex.role == "trainer" else None) or self.executors.exited(
-            ex, obs, data_finished=self.dispatcher.finished()
-        )
-        if outcome.kind == "abandoned":
-            self.scaling.replicas[ex.role] = outcome.replicas
-        elif outcome.kind == "failed":
-            self._fail(outcome.message)
-
-    def _replace_hung(self) -> None:
-        """Running but not progressing (master/liveness.py): say so, fence the incarnation out of
-        the data service, kill it and let its role's failover restart it (the hang counts against
-        ``max_restarts``: one that hangs every time fails the job, saying so)."""
-        dispatcher = self.dispatcher
-        for ex in self.executors.all.values():  # every replaced incarnation stays refused, also
-            dispatcher.fence(ex.name, ex.incarnation)  # across a rewind or a master restart
-        hung = self.liveness.check(
-            self.executors.running(),
-            dispatcher.liveness(),
-            self.server.take_reports(),
-            work_waiting=dispatcher.work_waiting(),
-        )
-        for hang in hung:
-            ex = hang.executor
-            if ex.state != RUNNING:  # settled meanwhile (a group restart stopped it)
-                continue
-            self.events.emit(
-                EventType.EXECUTOR_HUNG,
-                f"{ex.name} hung: {hang.why}; replacing it",
-                ex.name,
-                {"reason": hang.why, "silent_s": round(hang.silent_s, 1), "incarnation": ex.incarnation},
-            )
-            dispatcher.fence(ex.name, ex.incarnation + 1)
-            self.executors.kill(ex)
-            self._settle(ex, Observation(ex.name, time.monotonic(), False, reason=f"hung: {hang.why}"))
+        self.jobdata.append([w.model_dump(exclude_unset=True) for w in desired.windows])
+        self.savepoints.record(desired.savepoints)
 
     def _check_done(self) -> None:
         if self.trainers.finished():
@@ -353,43 +273,16 @@ class Master:
         self.phase, self.message = Phase.FAILED, message
         self.events.emit(EventType.FAILED, message)
 
-    def _stop_all(self) -> None:
-        for ex in self.executors.stop_all():
-            self.dispatcher.forget(ex.service_name)
-
     def _write_status(self) -> None:
-        self.publisher.publish(
-            job_status(
-                phase=self.phase,
-                message=self.message,
-                suspended=self.suspended,
-                master={
-                    "api": self.api.url,
-                    "api_port": self.api.port,
-                    "metrics": f"{self.api.url}/metrics",
-                    **self.jobdata.endpoint(),
-                    # Where the trainer group of this generation meets (its leader's store).
-                    "rendezvous": self.server.rendezvous.get(self.trainers.generation),
-                    "trainer_generation": self.trainers.generation,
-                },
-                scaling=self.scaling,
-                executors=self.executors,
-                telemetry=self.telemetry,
-                jobdata=self.jobdata,
-                savepoints=self.savepoints,
-                applied=self.applied,
-                events=self.events,
-                selector=f"primus.dev/job={self.name},primus.dev/role=data",
-            )
-        )
+        self.publisher.publish(job_status(self))
 
     def close(self) -> None:
         if self.phase.terminal:
-            self._stop_all()
+            self.settling.stop_all()
         try:
             if self.phase.terminal:  # requests accepted since the last pass are answered too
                 with contextlib.suppress(JobNotFound):
-                    self.savepoints.record(self.store.get(self.name).desired.get("savepoints", []))
+                    self.savepoints.record(self.store.get(self.name).job_desired.savepoints)
                 self.savepoints.settle(self.phase, self.telemetry.trainer_report)
             self._write_status()
         except Exception:

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from airflow_provider_primus.spec.status import EventType, ExecutorState, Phase
+from airflow_provider_primus.contracts.status import EventType, ExecutorState, Phase
 
 __all__ = ["CONTENT_TYPE", "JobMetrics", "render"]
 

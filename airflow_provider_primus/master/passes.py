@@ -1,11 +1,24 @@
-"""When failing reconcile passes fail the job."""
+"""When failing reconcile passes fail the job, and how they and the recovery from them are told."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
-__all__ = ["FAILING_FOR_S", "MAX_BACKOFF_S", "MAX_PASS_ERRORS", "PassFailures"]
+from airflow_provider_primus.contracts.status import EventType
+from airflow_provider_primus.master.events import EventLog
+
+__all__ = [
+    "FAILING_FOR_S",
+    "MAX_BACKOFF_S",
+    "MAX_PASS_ERRORS",
+    "PassFailures",
+    "record_failed_pass",
+    "record_recovery",
+]
+
+log = logging.getLogger(__name__)
 
 MAX_PASS_ERRORS = 20  # consecutive failed passes before the job is failed ...
 FAILING_FOR_S = 180.0  # ... once they have failed this long: an API server restarting is not a failure
@@ -47,3 +60,21 @@ class PassFailures:
     def summary(self) -> str:
         held = self.clock() - (self.since if self.since is not None else self.clock())
         return f"{self.count} reconcile passes in a row failed over {held:.0f} s"
+
+
+def record_failed_pass(events: EventLog, exc: Exception) -> None:
+    """The event goes to the same store that may be what is failing: not recording it is logged,
+    never a second failure of the pass."""
+    try:
+        events.emit(EventType.RECONCILE_ERROR, f"{type(exc).__name__}: {exc}")
+    except Exception:
+        log.exception("recording the failed pass")
+
+
+def record_recovery(events: EventLog, held_s: float, failures: int) -> None:
+    """Passes succeed again: the stored status is current once more; say how long it was not."""
+    message = f"the job's status is current again after {failures} failed pass(es) over {held_s:.0f} s"
+    try:
+        events.emit(EventType.STORE_RECOVERED, message)
+    except Exception:
+        log.exception("recording the recovery")

@@ -10,24 +10,18 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import psutil
 
+from airflow_provider_primus.contracts.status import TERMINAL, JobStatus, MasterEndpoint
 from airflow_provider_primus.errors import PrimusError
-from airflow_provider_primus.master.dataservice import JobData
-from airflow_provider_primus.master.events import EventLog
-from airflow_provider_primus.master.executors import Executors
 from airflow_provider_primus.master.history import StatusHistory, default_every_s
-from airflow_provider_primus.master.savepoints import Savepoints
-from airflow_provider_primus.master.scaling import Scaling
 from airflow_provider_primus.master.store import JobStore, modify
 from airflow_provider_primus.master.store_health import HEARTBEAT_S
-from airflow_provider_primus.master.telemetry import Telemetry, usage
-from airflow_provider_primus.spec.status import TERMINAL, JobStatus, Phase
 
-__all__ = ["MasterError", "StatusPublisher", "job_status", "refuse_second_master"]
+__all__ = ["JobEndedError", "MasterError", "StatusPublisher", "refuse_second_master"]
 
 
 class MasterError(PrimusError):
@@ -43,17 +37,16 @@ class JobEndedError(MasterError):
         self.phase = phase
 
 
-def refuse_second_master(job: str, master: Mapping[str, Any]) -> None:
+def refuse_second_master(job: str, master: MasterEndpoint | None) -> None:
     """One writer per status: a master whose predecessor (by pid and start time) still runs stops."""
-    pid, created = master.get("pid"), master.get("pid_created")
-    if not pid or pid == os.getpid():
+    if master is None or not master.pid or master.pid == os.getpid():
         return
     try:
-        same = abs(psutil.Process(int(pid)).create_time() - float(created or 0)) < 0.01
+        same = abs(psutil.Process(master.pid).create_time() - master.pid_created) < 0.01
     except psutil.Error:
         return
     if same:
-        raise MasterError(f"job {job!r} already has a running master (pid {pid})")
+        raise MasterError(f"job {job!r} already has a running master (pid {master.pid})")
 
 
 class StatusPublisher:
@@ -68,10 +61,10 @@ class StatusPublisher:
         except ValueError as exc:
             raise MasterError(str(exc)) from None
 
-    def failed(self, previous: Mapping[str, Any], message: str, executors: dict[str, Any]) -> None:
+    def failed(self, previous: JobStatus, message: str, executors: dict[str, Any]) -> None:
         """A job that cannot start fails with its reason in the status it had (no heartbeat dedupe)."""
         status = {
-            **previous,
+            **previous.to_json(),
             "phase": "Failed",
             "message": message,
             "executors": executors,
@@ -96,45 +89,3 @@ class StatusPublisher:
         if self.on_status is not None:
             self.on_status(status)
         return True
-
-
-def job_status(
-    *,
-    phase: Phase,
-    message: str,
-    suspended: bool,
-    master: dict[str, Any],
-    scaling: Scaling,
-    executors: Executors,
-    telemetry: Telemetry,
-    jobdata: JobData,
-    savepoints: Savepoints,
-    applied: dict[str, Any],
-    events: EventLog,
-    selector: str,
-) -> JobStatus:
-    """The job's status as the master's collaborators see it now."""
-    proc = psutil.Process()
-    recent = telemetry.latest()
-    views = {}
-    for n, e in sorted(executors.all.items()):
-        views[n] = {**e.to_dict(), "telemetry": usage(recent.get(n, []))}
-    return JobStatus.model_validate(
-        {
-            "phase": phase,
-            "message": message,
-            "suspended": suspended,
-            "master": {"pid": proc.pid, "pid_created": proc.create_time(), **master},
-            "replicas": scaling.replicas,
-            "selector": selector,
-            "roles": scaling.roles_summary(),
-            "executors": views,
-            "progress": jobdata.progress(telemetry.trainer_report),
-            "windows": jobdata.window_views(),
-            "savepoints": savepoints.state,
-            "decisions": [d.to_dict() for d in scaling.decisions],
-            "applied": applied,
-            "events": events.tail(),
-            "data_progress": jobdata.dispatcher.progress(),
-        }
-    )

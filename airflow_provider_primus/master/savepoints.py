@@ -13,9 +13,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from airflow_provider_primus.contracts.status import EventType
 from airflow_provider_primus.master.events import EventLog
 from airflow_provider_primus.master.executors import Executor
-from airflow_provider_primus.spec.status import EventType
 
 __all__ = ["Savepoints"]
 

@@ -9,17 +9,17 @@ allotment in place through the backend.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from airflow_provider_primus.contracts.job import PrimusJob, parse_cpu, parse_memory
+from airflow_provider_primus.contracts.status import Desired, EventType, JobStatus, ResizeWant
 from airflow_provider_primus.master.events import EventLog
 from airflow_provider_primus.master.executors import COMPLETED, REMOVING, RUNNING, Executors
 from airflow_provider_primus.master.store import JobStore, modify
 from airflow_provider_primus.resources.autoscaler import Decision, RoleView, decide
 from airflow_provider_primus.resources.backend import Allotment
 from airflow_provider_primus.resources.telemetry import Sample
-from airflow_provider_primus.spec.job import PrimusJob, parse_cpu, parse_memory
-from airflow_provider_primus.spec.status import EventType
 
 __all__ = ["Scaling"]
 
@@ -34,23 +34,23 @@ class Scaling:
         events: EventLog,
         *,
         applied: dict[str, Any],
-        previous: Mapping[str, Any],
+        previous: JobStatus,
     ) -> None:
         """``applied`` is the master's record of requests already acted on (shared, persisted with
         the status); ``previous`` the status a restarted master found."""
         self.job, self.executors, self.events, self.applied = job, executors, events, applied
         spec = job.spec
-        self.replicas: dict[str, int] = dict(previous.get("replicas") or {})
+        self.replicas: dict[str, int] = dict(previous.replicas)
         self.replicas.setdefault("data", spec.roles.data.replicas.start)
         self.replicas.setdefault("trainer", spec.roles.trainer.replicas.start)
-        self.decisions: list[Decision] = [Decision.from_dict(d) for d in previous.get("decisions") or []]
+        self.decisions: list[Decision] = [Decision.from_dict(d.model_dump()) for d in previous.decisions]
         self._warm_since: float | None = None
 
     # --- requests ----------------------------------------------------------------------------------
 
-    def apply_requests(self, desired: Mapping[str, Any]) -> None:
-        gen = int(desired.get("scale_gen", 0))
-        scale = dict(desired.get("scale") or {})
+    def apply_requests(self, desired: Desired) -> None:
+        gen = desired.scale_gen
+        scale = dict(desired.scale)
         # A request through the control API bumps scale_gen; the Kubernetes scale subresource
         # (kubectl scale, an HPA) only writes scale.data, so a changed value counts as a request too.
         requested = gen > int(self.applied.get("scale_gen", 0))
@@ -58,12 +58,12 @@ class Scaling:
             for role, replicas in scale.items():
                 changed = replicas != self.applied.get("scale", {}).get(role)
                 if requested or (changed and replicas != self.replicas.get(role)):
-                    self.manual_scale(role, int(replicas))
+                    self.manual_scale(role, replicas)
             self.applied["scale_gen"] = gen
             self.applied["scale"] = scale
-        gen = int(desired.get("resize_gen", 0))
+        gen = desired.resize_gen
         if gen > int(self.applied.get("resize_gen", 0)):
-            for name, want in (desired.get("resize") or {}).items():
+            for name, want in desired.resize.items():
                 self.manual_resize(name, want)
             self.applied["resize_gen"] = gen
 
@@ -84,15 +84,15 @@ class Scaling:
         )
         self.replicas[role] = clamped
 
-    def manual_resize(self, name: str, want: Mapping[str, Any]) -> None:
+    def manual_resize(self, name: str, want: ResizeWant) -> None:
         ex = self.executors.all.get(name)
         if ex is None or ex.state != RUNNING:
             self.events.emit(EventType.RESIZE_REFUSED, f"no running executor {name!r}")
             return
         a = ex.handle.allotment
         try:  # a request written to the job by hand (kubectl patch) may say "512Mi" or "500m"
-            cpu = parse_cpu(want["cpu"]) if want.get("cpu") else a.cpu
-            memory = parse_memory(want["memory"]) if want.get("memory") else a.memory
+            cpu = parse_cpu(want.cpu) if want.cpu else a.cpu
+            memory = parse_memory(want.memory) if want.memory else a.memory
         except ValueError as exc:
             self.events.emit(EventType.RESIZE_REFUSED, f"{name}: cannot resize: {exc}", name)
             return
@@ -126,9 +126,9 @@ class Scaling:
                 desired["scale"] = {**scale, "data": want}
             return desired
 
-        record = modify(store, name, change)
-        if (record.desired.get("scale") or {}).get("data") == want:
-            self.applied["scale"] = dict(record.desired["scale"])
+        scale = modify(store, name, change).job_desired.scale
+        if scale.get("data") == want:
+            self.applied["scale"] = dict(scale)
 
     # --- the autoscaler ----------------------------------------------------------------------------
 

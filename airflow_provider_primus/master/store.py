@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from airflow_provider_primus.contracts.status import Desired, JobStatus
+from airflow_provider_primus.contracts.status import Event as StatusEvent
 from airflow_provider_primus.errors import PrimusError
 from airflow_provider_primus.paths import primus_home
-from airflow_provider_primus.spec.status import Event as StatusEvent
-from airflow_provider_primus.spec.status import JobStatus
 
 if TYPE_CHECKING:
     from airflow_provider_primus.tls import JobCa
@@ -65,8 +65,13 @@ class JobRecord:
 
     @property
     def job_status(self) -> JobStatus:
-        """The status as the typed model every reader shares (spec/status.py)."""
+        """The status as the typed model every reader shares (contracts/status.py)."""
         return JobStatus.read(self.status)
+
+    @property
+    def job_desired(self) -> Desired:
+        """The runtime intent as its typed model (contracts/status.py), as the master acts on it."""
+        return Desired.read(self.desired)
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.contracts.status import TERMINAL
 from airflow_provider_primus.errors import one_line
 from airflow_provider_primus.master.store import JobStore, SqliteJobStore
-from airflow_provider_primus.spec.status import TERMINAL
 
 __all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "StoreHealth", "stale_reason"]
 

@@ -12,7 +12,7 @@ status shows it), and a trainer of an older generation cannot join a newer group
 * A change of the trainer count (``primus scale --role trainer``, the control API, the custom
   resource's ``spec.desired.scale.trainer``) asks every trainer to stop at its next checkpoint (one
   agreed step, then exit ``EXIT_REGROUP``); when none is left the next group starts with the new count
-  and resumes there, the checkpoint's data progress re-cut for it (``training/regroup.py``).
+  and resumes there, the checkpoint's data progress re-cut for it (``training/checkpoints/regroup.py``).
 * Once a trainer has finished the pass the group only finishes: nothing is launched or regrouped.
 """
 
@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_primus.contracts.status import EventType, ExecutorState
 from airflow_provider_primus.master.events import EventLog
 from airflow_provider_primus.master.executors import (
     COMPLETED,
@@ -33,7 +34,6 @@ from airflow_provider_primus.master.executors import (
     Exit,
 )
 from airflow_provider_primus.resources.backend import Allotment, Observation
-from airflow_provider_primus.spec.status import EventType, ExecutorState
 from airflow_provider_primus.training.options import EXIT_REGROUP
 
 __all__ = ["TrainerGroup"]

@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.contracts.data import Window
+from airflow_provider_primus.contracts.loader import read_document
+from airflow_provider_primus.contracts.status import TERMINAL
 from airflow_provider_primus.hooks.primus import JobExists
 from airflow_provider_primus.operators.base import PrimusBaseOperator, job_name_for
 from airflow_provider_primus.operators.outcome import PrimusJobFailed, end_event
-from airflow_provider_primus.spec.data import Window
-from airflow_provider_primus.spec.loader import read_document
-from airflow_provider_primus.spec.status import TERMINAL
 
 
 def run_labels(dag_id: str, task_id: str, run_id: str) -> dict[str, str]:
@@ -122,10 +122,8 @@ class PrimusSubmitJobOperator(PrimusBaseOperator):
                 self.log.info("job %s was just submitted by another try: reattaching", name)
         else:
             self.log.info("reattaching to running job %s", name)
-            if hook.yarn and self.start_master:
-                # The master runs on a worker, which may be gone: start one (a second master refuses
-                # to run while the first lives); it finds the job's YARN application by its tags
-                # and re-adopts the containers.
+            if hook.backend.restart_master_on_reattach and self.start_master:
+                # A master on a worker (YARN's) may be gone with it: the backend says to start one.
                 hook.start_master(name)
         self.push_job(context, name)
         if not self.wait:

@@ -3,7 +3,7 @@
 The one place operators, sensors and triggers ask: a wait in the triggerer and the same wait polled
 in a worker must end on the same condition with the same result, and a cancel must do the same thing
 wherever the task happened to be waiting. Pure functions over the job's status, read as the typed
-model every reader shares (spec/status.py) whatever form it arrives in (the store's and the control
+model every reader shares (contracts/status.py) whatever form it arrives in (the store's and the control
 API's JSON); no Airflow, store or network access here, so the trigger module can import it without
 pulling in the operators. Trigger events stay plain JSON: they cross the triggerer's edge.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from airflow_provider_primus.contracts.status import JobStatus, Phase, WindowStatus, is_terminal
 from airflow_provider_primus.errors import PrimusError
-from airflow_provider_primus.spec.status import JobStatus, Phase, WindowStatus, is_terminal
 
 
 class PrimusJobFailed(PrimusError):

@@ -61,12 +61,12 @@ class PrimusPlanDataOperator(BaseOperator):
         self.fail_on_missing = fail_on_missing
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_provider_primus.contracts import load_data_spec
+        from airflow_provider_primus.contracts.data import Window
         from airflow_provider_primus.data.cache import PlanCache
         from airflow_provider_primus.data.planner import PlanOptions, plan
         from airflow_provider_primus.hooks.kafka import kafka_connections_in_environment
         from airflow_provider_primus.hooks.storage import connection_ids, resolve_connections
-        from airflow_provider_primus.spec import load_data_spec
-        from airflow_provider_primus.spec.data import Window
 
         spec = load_data_spec(self.spec_path)
         window = Window.model_validate({"start": self.start, "end": self.end})

@@ -19,9 +19,9 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from airflow_provider_primus.contracts.status import TERMINAL
 from airflow_provider_primus.master.history import Point, point_from_dict, point_from_status
 from airflow_provider_primus.master.store import Event, JobRecord, JobStore
-from airflow_provider_primus.spec.status import TERMINAL
 
 log = logging.getLogger(__name__)
 

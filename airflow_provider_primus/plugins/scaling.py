@@ -1,7 +1,7 @@
 """The scaling part of a job's page: allotments replayed from typed events, and the decisions.
 
 Launches, resizes (manual and the autoscaler's) and ends are read from the events' typed payloads
-(spec/status.py), never from their messages.
+(contracts/status.py), never from their messages.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_primus.contracts.status import EventType, LaunchPayload, ResizePayload, ScalePayload
 from airflow_provider_primus.master.store import Event
 from airflow_provider_primus.plugins.charts import Mark, Series, fmt_number, line_chart, timeline
 from airflow_provider_primus.plugins.history import SCALING_EVENTS
 from airflow_provider_primus.plugins.html import e, fmt_time
 from airflow_provider_primus.plugins.status import as_map, dig, num
-from airflow_provider_primus.spec.status import EventType, LaunchPayload, ResizePayload, ScalePayload
 
 _EVENT_COLORS = {
     "ScaleDecision": "#9467bd",

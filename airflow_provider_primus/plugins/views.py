@@ -13,6 +13,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
+from airflow_provider_primus.contracts.status import (
+    TERMINAL,
+)
 from airflow_provider_primus.master.history import Point
 from airflow_provider_primus.master.store import Event, JobRecord
 from airflow_provider_primus.plugins.charts import (
@@ -37,9 +40,6 @@ from airflow_provider_primus.plugins.html import (
 )
 from airflow_provider_primus.plugins.scaling import scaling_section
 from airflow_provider_primus.plugins.status import as_map, dig, num
-from airflow_provider_primus.spec.status import (
-    TERMINAL,
-)
 
 # --- the list ---------------------------------------------------------------------------------------
 

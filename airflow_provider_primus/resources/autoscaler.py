@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from airflow_provider_primus.contracts.job import Scaling
 from airflow_provider_primus.resources.telemetry import Sample
-from airflow_provider_primus.spec.job import Scaling
 
 COVERAGE = 0.8  # share of window_s an executor's current regime must span before it is judged
 MEMORY_GAP_S = 1.0  # the only quiet time a memory raise respects

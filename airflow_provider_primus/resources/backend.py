@@ -80,21 +80,27 @@ class Observation:
     reason: str | None = None
 
 
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One executor to start: who it is (its name, role and index; ``incarnation`` counts the
+    launches of that name, so a backend can tell a restart from the executor it replaces), what it
+    may use, and what it runs with which environment."""
+
+    name: str
+    role: str
+    index: int
+    allotment: Allotment
+    command: Sequence[str]
+    env: Mapping[str, str]
+    incarnation: int = 0
+
+
 class Backend(Protocol):
     # Whether the master may launch several executors at once (a launch is a network round trip,
     # a pod create) or must launch one by one (local processes share this machine's start-up cost).
     parallel_launch: bool
 
-    def launch(  # noqa: PLR0917 - one argument per part of the executor's identity and allotment
-        self,
-        name: str,
-        role: str,
-        index: int,
-        allotment: Allotment,
-        command: Sequence[str],
-        env: Mapping[str, str],
-        incarnation: int = 0,
-    ) -> Handle: ...
+    def launch(self, request: LaunchRequest) -> Handle: ...
 
     def resize(self, handle: Handle, allotment: Allotment) -> Handle:
         """Change the allotment of the running executor in place (same process or pod)."""

@@ -32,7 +32,7 @@ from typing import Any
 
 from airflow_provider_primus.resources import procfs
 from airflow_provider_primus.resources.allotment import thread_env
-from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
+from airflow_provider_primus.resources.backend import Allotment, Handle, LaunchRequest, Observation
 from airflow_provider_primus.resources.cgroups import Groups, Hierarchy, Setting
 from airflow_provider_primus.resources.own_usage import OWN_CGROUP_ENV
 
@@ -135,19 +135,11 @@ class LocalBackend:
 
     # --- the Backend contract --------------------------------------------------------------
 
-    def launch(  # noqa: PLR0917 - the Backend protocol's signature
-        self,
-        name: str,
-        role: str,
-        index: int,
-        allotment: Allotment,
-        command: Sequence[str],
-        env: Mapping[str, str],
-        incarnation: int = 0,
-    ) -> Handle:
+    def launch(self, request: LaunchRequest) -> Handle:
+        name, allotment, command = request.name, request.allotment, request.command
         afile = self.workdir / f"{name}.allotment.json"
         logfile = self.workdir / f"{name}.log"
-        full_env = {**os.environ, **env, "PRIMUS_ALLOTMENT_FILE": str(afile), **thread_env(allotment)}
+        full_env = {**os.environ, **request.env, "PRIMUS_ALLOTMENT_FILE": str(afile), **thread_env(allotment)}
         # cgroup v2: the executor's group holds all its use, so it may measure itself there (v1
         # here has no per-executor cpuacct group: /proc it is, which this backend reads too).
         if self._hierarchy is not None and self._hierarchy.version == 2:
@@ -183,7 +175,12 @@ class LocalBackend:
             ref |= {"allotment_file": str(afile)}
             ref |= groups.to_ref() if groups else {"enforcement": _fallback()}
             ex = _Exec(
-                Handle(name, role, index, allotment, ref), popen.pid, st.start_time, cores, popen, groups
+                Handle(name, request.role, request.index, allotment, ref),
+                popen.pid,
+                st.start_time,
+                cores,
+                popen,
+                groups,
             )
             self._activate(ex)
             return _copy(ex.handle)

@@ -23,13 +23,13 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_provider_primus.contracts.errors import SpecError
+from airflow_provider_primus.contracts.loader import load_data_spec
+from airflow_provider_primus.contracts.sources import KafkaSource
+from airflow_provider_primus.contracts.status import TERMINAL
 from airflow_provider_primus.data.sources.kafka import KafkaPlanError, consumer_lag
 from airflow_provider_primus.hooks.kafka import kafka_client_for
 from airflow_provider_primus.hooks.primus import JobRecord, PrimusHook
-from airflow_provider_primus.spec.errors import SpecError
-from airflow_provider_primus.spec.loader import load_data_spec
-from airflow_provider_primus.spec.sources import KafkaSource
-from airflow_provider_primus.spec.status import TERMINAL
 
 
 def watermark_of(record: JobRecord) -> datetime | None:

@@ -16,9 +16,9 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_provider_primus.contracts.status import TERMINAL, Phase
 from airflow_provider_primus.hooks.primus import PrimusHook
 from airflow_provider_primus.operators.outcome import PrimusJobFailed, phase_result, progress_line
-from airflow_provider_primus.spec.status import TERMINAL, Phase
 from airflow_provider_primus.triggers.job import PrimusJobTrigger
 
 # The phases of docs/contracts.md (PrimusJob status); a misspelt phase would never match.

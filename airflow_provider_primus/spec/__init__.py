@@ -1,53 +1,25 @@
-"""The contracts as pure data: strict models, their loader and their errors.
+"""The old name of :mod:`airflow_provider_primus.contracts`, kept importable for one release.
 
-Nothing here imports Airflow, Kafka clients or torch, so the CLI, the planner and the operators can
-validate a spec cheaply and identically.
+Code written against ``airflow_provider_primus.spec`` (a DAG file, a model package, a script) keeps
+working and is told where the module moved; every submodule is the very module object of its new
+home, so ``isinstance`` checks and ``SpecError`` handlers see the same classes.
 """
 
-from airflow_provider_primus.spec.base import Metadata, StrictModel
-from airflow_provider_primus.spec.data import (
-    API_VERSION,
-    MixtureEntry,
-    Planning,
-    PrimusData,
-    Spec,
-    Window,
-    validate_data_spec,
-)
-from airflow_provider_primus.spec.errors import SpecError, SpecIssue
-from airflow_provider_primus.spec.loader import data_spec_json_schema, load_data_spec, read_document
-from airflow_provider_primus.spec.schema import Label, SourceSchema, Transform
-from airflow_provider_primus.spec.sources import (
-    EventTimePolicy,
-    FileSource,
-    KafkaSource,
-    MissingPolicy,
-    Source,
-    StartPolicy,
+import importlib
+import pkgutil
+import sys
+import warnings
+
+from airflow_provider_primus import contracts
+from airflow_provider_primus.contracts import *  # noqa: F403 (the old name's whole surface)
+from airflow_provider_primus.contracts import __all__  # noqa: F401
+
+warnings.warn(
+    "airflow_provider_primus.spec is now airflow_provider_primus.contracts; the old name goes away "
+    "in the next release",
+    DeprecationWarning,
+    stacklevel=2,
 )
 
-__all__ = [
-    "API_VERSION",
-    "EventTimePolicy",
-    "FileSource",
-    "KafkaSource",
-    "Label",
-    "Metadata",
-    "MissingPolicy",
-    "MixtureEntry",
-    "Planning",
-    "PrimusData",
-    "Source",
-    "SourceSchema",
-    "Spec",
-    "SpecError",
-    "SpecIssue",
-    "StartPolicy",
-    "StrictModel",
-    "Transform",
-    "Window",
-    "data_spec_json_schema",
-    "load_data_spec",
-    "read_document",
-    "validate_data_spec",
-]
+for _info in pkgutil.iter_modules(contracts.__path__):
+    sys.modules[f"{__name__}.{_info.name}"] = importlib.import_module(f"{contracts.__name__}.{_info.name}")

@@ -1,1 +1,3 @@
-"""Model training: the DLRM model, its sparse/dense optimizer pair and evaluation metrics."""
+"""Model training: the runtime and its update step, the DLRM model and its optimizer pair, metrics;
+the stream (``stream/``), the feeds and their mixing (``feeds/``), checkpoints and snapshots
+(``checkpoints/``)."""

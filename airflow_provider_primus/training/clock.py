@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from airflow_provider_primus.spec.training import Freshness
+from airflow_provider_primus.contracts.training import Freshness
 
 __all__ = ["ClockSwitch", "TrainingClock", "wall_ms"]
 
@@ -41,7 +41,7 @@ class ClockSwitch:
     live_lag_s: float
 
     def payload(self) -> dict[str, Any]:
-        """The ``ClockSwitched`` event's data (spec/status.py ``ClockPayload``)."""
+        """The ``ClockSwitched`` event's data (contracts/status.py ``ClockPayload``)."""
         return {
             "from_clock": "replay",
             "to_clock": "wall",

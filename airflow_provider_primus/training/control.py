@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
 
 from airflow_provider_primus.data.tensors import TensorBatch
-from airflow_provider_primus.training.mixer import StepPlan
+from airflow_provider_primus.training.feeds.mixer import StepPlan
 from airflow_provider_primus.training.update import SourceWeights
 
 __all__ = ["LocalStep", "StepControl"]

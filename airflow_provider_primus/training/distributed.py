@@ -19,6 +19,7 @@ locally, the pod's IP in a cluster), and publishes it for its generation of the 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
@@ -32,8 +33,11 @@ from airflow_provider_primus.training.gpu import all_reduce_sparse
 
 __all__ = ["Group"]
 
+log = logging.getLogger(__name__)
+
 
 TIMEOUT = timedelta(minutes=10)
+DRAIN_TIMEOUT = timedelta(seconds=60)  # how long a finished trainer waits for the others to finish
 
 
 class Group:
@@ -171,6 +175,16 @@ class Group:
             with self._timed():
                 dist.barrier()
 
-    def close(self) -> None:
-        if self.world > 1 and dist.is_initialized():
-            dist.destroy_process_group()
+    def close(self, *, drain: bool = True) -> None:
+        """Leave the group. ``drain`` (a clean end): first meet the others at a barrier, so no
+        trainer tears its connections down while a peer's last collective still reads them (gloo
+        then aborts the process: "terminate called without an active exception"). A failed trainer
+        leaves at once; a peer that never arrives costs the others ``DRAIN_TIMEOUT``, not a hang."""
+        if self.world == 1 or not dist.is_initialized():
+            return
+        if drain:
+            try:
+                dist.monitored_barrier(timeout=DRAIN_TIMEOUT)
+            except Exception as exc:  # a peer that failed or left: leave anyway
+                log.warning("leaving the trainer group without the others: %s", exc)
+        dist.destroy_process_group()

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from airflow_provider_primus.data.tensors import TensorBatch
-from airflow_provider_primus.training.model import DLRM, device_for
+from airflow_provider_primus.training.dlrm import DLRM, device_for
 
 __all__ = [
     "BatchStager",

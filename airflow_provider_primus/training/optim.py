@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from airflow_provider_primus.training.model import DLRM
+from airflow_provider_primus.training.dlrm import DLRM
 
 __all__ = ["DENSE_OPTIMIZERS", "SPARSE_OPTIMIZERS", "Optimizers"]
 

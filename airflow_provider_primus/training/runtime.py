@@ -28,15 +28,9 @@ from typing import Any
 import torch
 import yaml
 
-from airflow_provider_primus.data.service.auth import advertised_host, bind_host
-from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
-from airflow_provider_primus.data.tensors import TensorBatch
-from airflow_provider_primus.errors import one_line
-from airflow_provider_primus.process import ERROR_LIMIT
-from airflow_provider_primus.resources.allotment import AllotmentWatcher
-from airflow_provider_primus.spec.data import PrimusData
-from airflow_provider_primus.spec.status import EventType
-from airflow_provider_primus.spec.training import (
+from airflow_provider_primus.contracts.data import PrimusData
+from airflow_provider_primus.contracts.status import EventType
+from airflow_provider_primus.contracts.training import (
     PrimusTraining,
     check_against,
     feature_columns,
@@ -44,12 +38,26 @@ from airflow_provider_primus.spec.training import (
     stream_source,
     table_sizes,
 )
+from airflow_provider_primus.data.service.auth import advertised_host, bind_host
+from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
+from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.errors import one_line
+from airflow_provider_primus.process import ERROR_LIMIT
+from airflow_provider_primus.resources.allotment import AllotmentWatcher
+from airflow_provider_primus.training.checkpoints.objects import checkpoint_store_for, publisher_for
+from airflow_provider_primus.training.checkpoints.regroup import cut_progress, regroup
+from airflow_provider_primus.training.checkpoints.savepoints import Savepoints
+from airflow_provider_primus.training.checkpoints.served import MODEL_RECORD, model_record
+from airflow_provider_primus.training.checkpoints.shards import load_model_state, model_state, prune_shards
 from airflow_provider_primus.training.clock import ClockSwitch, TrainingClock
 from airflow_provider_primus.training.control import LocalStep, StepControl
 from airflow_provider_primus.training.distributed import Group
-from airflow_provider_primus.training.event_policy import sane_watermark, watermark_allowance_s
-from airflow_provider_primus.training.feed_setup import open_feeds, open_replay, participants
-from airflow_provider_primus.training.feeds import Feed, StreamFeed
+from airflow_provider_primus.training.feeds.feed import Feed, StreamFeed
+from airflow_provider_primus.training.feeds.guard import freshness_guard, update_gate
+from airflow_provider_primus.training.feeds.holdout import evaluate_holdout
+from airflow_provider_primus.training.feeds.mixer import MixPolicy, policy_for
+from airflow_provider_primus.training.feeds.replay import is_replay
+from airflow_provider_primus.training.feeds.setup import open_feeds, open_replay, participants
 from airflow_provider_primus.training.gpu import (
     BatchStager,
     place_model,
@@ -57,19 +65,11 @@ from airflow_provider_primus.training.gpu import (
     process_group_backend,
     trainer_device,
 )
-from airflow_provider_primus.training.guard import freshness_guard, update_gate
-from airflow_provider_primus.training.holdout import evaluate_holdout
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
-from airflow_provider_primus.training.mixer import MixPolicy, policy_for
-from airflow_provider_primus.training.object_checkpoints import checkpoint_store_for, publisher_for
 from airflow_provider_primus.training.optim import Optimizers
-from airflow_provider_primus.training.regroup import cut_progress, regroup
-from airflow_provider_primus.training.replay import is_replay
 from airflow_provider_primus.training.reporter import JobReporter
-from airflow_provider_primus.training.savepoints import Savepoints
-from airflow_provider_primus.training.served import MODEL_RECORD, model_record
-from airflow_provider_primus.training.shard_checkpoint import load_model_state, model_state, prune_shards
 from airflow_provider_primus.training.sharding import build_model, full_state_dict, sharding_plan
+from airflow_provider_primus.training.stream.event_policy import sane_watermark, watermark_allowance_s
 from airflow_provider_primus.training.summary import (
     TrainMetrics,
     contribution,
@@ -195,7 +195,7 @@ class Trainer:
         )
         self.workdir = options.workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
-        # A local directory, or s3://… (manifest-committed objects: training/object_checkpoints.py).
+        # A local directory, or s3://… (manifest-committed objects: training/checkpoints/objects.py).
         self.checkpoints = checkpoint_store_for(
             spec.checkpoint.dir or self.workdir / "checkpoints", spec.checkpoint.keep, spec.checkpoint.storage
         )
@@ -215,6 +215,7 @@ class Trainer:
         # checkpoint): the leader rewinds it there before any trainer reads.
         self._cut: dict[str, Any] = {}
         self._closed = False
+        self._failed = False  # a failed run leaves its trainer group without draining it
         self.savepoints = Savepoints(self.reporter)
         self.weights = SourceWeights(
             self.mode, frozenset(s.name for s in kafka_sources(data)), spec.mixing.sources
@@ -408,6 +409,7 @@ class Trainer:
             self.metrics.elapsed_s = elapsed_before + (time.monotonic() - started)
             return self._finish(policy)
         except Exception as exc:
+            self._failed = True
             if self.reporter is not None:  # the last report says why: a master that sees no file (a pod)
                 self.reporter.extra["error"] = one_line(exc, ERROR_LIMIT)
             raise
@@ -683,7 +685,7 @@ class Trainer:
                 feed.close()
             except Exception:  # close everything even if one fails
                 log.exception("closing feed %s", feed.name)
-        self.group.close()
+        self.group.close(drain=not self._failed)
 
 
 def default_workdir() -> Path:

@@ -4,7 +4,7 @@ A ``row_wise`` table of ``n`` rows is cut into one contiguous range per trainer 
 rows ``[n*r//W, n*(r+1)//W)``; :func:`row_bounds`). Contiguous rather than hashed: the transform
 layer has already hashed every sparse ID into its bucket, so the IDs of a batch are spread evenly
 over the range anyway, and a range makes re-sharding to another trainer count a slice of the
-concatenated shards (training/shard_checkpoint.py) instead of a reshuffle.
+concatenated shards (training/checkpoints/shards.py) instead of a reshuffle.
 
 **A lookup** (:class:`RowWiseTable`, called like ``EmbeddingBag(mode="sum")``) is three
 ``all_to_all_single`` exchanges on the trainers' process group: how many IDs each trainer sends to
@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from airflow_provider_primus.training.model import DLRM, init_bound
+from airflow_provider_primus.training.dlrm import DLRM, init_bound
 
 __all__ = [
     "REPLICATED",

@@ -15,16 +15,16 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from airflow_provider_primus.contracts.schema import EventTime
+from airflow_provider_primus.contracts.training import STREAM_DENSE_LR_MULTIPLIER, SourceControl
 from airflow_provider_primus.data.event_time import implausible, iso, now_ms, unit_hint
 from airflow_provider_primus.data.tensors import TensorBatch
-from airflow_provider_primus.spec.schema import EventTime
-from airflow_provider_primus.spec.training import STREAM_DENSE_LR_MULTIPLIER, SourceControl
 from airflow_provider_primus.training.distributed import Group
+from airflow_provider_primus.training.dlrm import DLRM
+from airflow_provider_primus.training.feeds.replay import is_replay, replayed_source
 from airflow_provider_primus.training.gpu import BatchStager, Placement
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
-from airflow_provider_primus.training.model import DLRM
 from airflow_provider_primus.training.optim import Optimizers
-from airflow_provider_primus.training.replay import is_replay, replayed_source
 from airflow_provider_primus.training.sharding import exchanges_rows
 from airflow_provider_primus.training.summary import TrainMetrics
 
@@ -62,7 +62,7 @@ class SourceWeights:
     def dense_lr_multiplier(self, name: str) -> float:
         """The rate at which the source's rows move the dense layers, relative to their base rate:
         ``lr_multiplier`` times the source's dense multiplier (by default ``STREAM_DENSE_LR_MULTIPLIER``
-        for a stream in ``mixed`` mode, spec/training.py says why; in ``stream`` mode the stream is
+        for a stream in ``mixed`` mode, contracts/training.py says why; in ``stream`` mode the stream is
         all the dense layers learn from)."""
         control = self.controls.get(replayed_source(name))
         dense = control.dense_lr_multiplier if control else None

@@ -28,11 +28,11 @@ from typing import Any
 
 import httpx
 
+from airflow_provider_primus.contracts.job import YarnBackend as YarnSettings
 from airflow_provider_primus.errors import PrimusError, TerminalError
 from airflow_provider_primus.hadoop.config import HadoopConf, load_conf
 from airflow_provider_primus.hadoop.kerberos import KerberosError, KerberosLogin, SpnegoAuth, short_name
 from airflow_provider_primus.hadoop.webhdfs import WebHdfs, WebHdfsError
-from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
 from airflow_provider_primus.tls import CA_FILE, CA_KEY_FILE, JobCa, verify_context
 from airflow_provider_primus.yarn.am import AmClient
 from airflow_provider_primus.yarn.am_cert import AM_CERT, AM_KEY

@@ -37,12 +37,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
+from airflow_provider_primus.contracts.status import EventType
 from airflow_provider_primus.credentials import TOKEN_ENV, TOKEN_FILE_ENV
 from airflow_provider_primus.hadoop.kerberos import HDFS_TOKEN_FILE_ENV
 from airflow_provider_primus.process import EXIT_FILE_ENV
 from airflow_provider_primus.resources.allotment import thread_env
-from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
-from airflow_provider_primus.spec.status import EventType
+from airflow_provider_primus.resources.backend import Allotment, Handle, LaunchRequest, Observation
 from airflow_provider_primus.tls import ADVERTISE_ENV, TLS_DIR_ENV
 from airflow_provider_primus.yarn.am import AmClient, AmError, AmUnreachable
 from airflow_provider_primus.yarn.application import (
@@ -170,28 +170,20 @@ class YarnBackend:
             out[HDFS_TOKEN_FILE_ENV] = "{{PWD}}/" + HDFS_TOKEN_LINK
         return out
 
-    def launch(  # noqa: PLR0917 - the Backend protocol
-        self,
-        name: str,
-        role: str,
-        index: int,
-        allotment: Allotment,
-        command: Sequence[str],
-        env: Mapping[str, str],
-        incarnation: int = 0,
-    ) -> Handle:
-        key = f"{name}.{incarnation}"
+    def launch(self, request: LaunchRequest) -> Handle:
+        key = f"{request.name}.{request.incarnation}"
+        allotment = request.allotment
         spec = {
-            "name": name,
-            "role": role,
+            "name": request.name,
+            "role": request.role,
             "memory_mb": memory_mb(allotment),
             "vcores": vcores(allotment),
-            "command": self._command(command),
-            "env": self._env(env, allotment),
+            "command": self._command(request.command),
+            "env": self._env(request.env, allotment),
             "resources": [f.am_resource() for f in self.session.files],
         }
         slot = self._call(lambda am: am.launch(key, spec, self.launch_wait_s))
-        return Handle(name, role, index, allotment, self._ref(key, slot))
+        return Handle(request.name, request.role, request.index, allotment, self._ref(key, slot))
 
     def _ref(self, key: str, slot: Mapping[str, Any]) -> dict[str, Any]:
         ref: dict[str, Any] = {"key": key, "application": self.session.app_id}

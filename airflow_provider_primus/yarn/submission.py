@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from airflow_provider_primus.contracts.job import YarnBackend as YarnSettings
 from airflow_provider_primus.master.jobs import job_documents
-from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
 from airflow_provider_primus.yarn.application import YarnSession
 from airflow_provider_primus.yarn.backend import YarnBackend
 

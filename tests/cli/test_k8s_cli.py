@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from airflow_provider_primus.contracts.crd import crd
 from airflow_provider_primus.kubernetes.manifests import MASTER_ACCOUNT
-from airflow_provider_primus.spec.crd import crd
 from tests.cli.test_jobs_cli import primus
 from tests.kube_env import KubeEnv
 from tests.master.conftest import JobWorld

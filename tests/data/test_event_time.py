@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
+from airflow_provider_primus.contracts.schema import EventTime
 from airflow_provider_primus.data.event_time import (
     EventTimeFinding,
     check_ranges,
@@ -14,7 +15,6 @@ from airflow_provider_primus.data.event_time import (
     fitting_units,
     implausible,
 )
-from airflow_provider_primus.spec.schema import EventTime
 
 NOW = int(datetime(2026, 12, 1, tzinfo=UTC).timestamp() * 1000)
 SECONDS = int(datetime(1997, 9, 1, tzinfo=UTC).timestamp())  # a 1997 log in epoch seconds

@@ -12,13 +12,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.data.errors import FileChangedError
 from airflow_provider_primus.data.graph import _SLICE, TASK_SCHEMA, TaskGraph
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import PlanOptions, plan
 from airflow_provider_primus.data.reader import read_task
 from airflow_provider_primus.hadoop.filesystem import _replacing_webhdfs
-from airflow_provider_primus.spec import load_data_spec
 from tests.data.conftest import files_source, hour_dir, spec_doc, table, write
 
 COLUMNS = ["user_id", "price"]

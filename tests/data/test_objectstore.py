@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_primus.contracts import validate_data_spec
 from airflow_provider_primus.data.cache import PlanCache
 from airflow_provider_primus.data.errors import FileChangedError
 from airflow_provider_primus.data.objectstore import MissingObjectError, ObjectStoreError
@@ -23,7 +24,6 @@ from airflow_provider_primus.data.planner import PlanOptions, plan
 from airflow_provider_primus.data.reader import read_task
 from airflow_provider_primus.data.sources.files import describe_file, open_source_filesystem
 from airflow_provider_primus.embedded.s3 import S3State
-from airflow_provider_primus.spec import validate_data_spec
 from tests.data.conftest import T0, spec_doc, table
 from tests.s3_helpers import (
     KEY_ENV,

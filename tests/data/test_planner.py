@@ -16,6 +16,7 @@ import pytest
 from kafka import KafkaProducer
 
 from airflow_provider_primus.bench.delayed_fs import delayed_filesystem
+from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.data import planner
 from airflow_provider_primus.data.cache import SCHEMA, PlanCache
 from airflow_provider_primus.data.graph import TaskGraph
@@ -23,7 +24,6 @@ from airflow_provider_primus.data.model import FilePartition, Task
 from airflow_provider_primus.data.planner import PlanCancelled, PlanOptions, plan
 from airflow_provider_primus.data.sizing import tasks_for_partition
 from airflow_provider_primus.data.sources.files import MissingPartitionError
-from airflow_provider_primus.spec import load_data_spec
 from tests.data.conftest import T0, files_source, hour_dir, spec_doc, write
 
 

@@ -13,12 +13,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.data.errors import CorruptFileError
 from airflow_provider_primus.data.model import FileSlice, Task
 from airflow_provider_primus.data.planner import PlanOptions, plan
 from airflow_provider_primus.data.reader import read_task, task_row_count
 from airflow_provider_primus.data.transforms import SchemaMismatchError
-from airflow_provider_primus.spec import load_data_spec
 from tests.data.conftest import files_source, hour_dir, spec_doc, write
 
 COLUMNS = ["row_id", "feature"]

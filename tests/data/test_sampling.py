@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from kafka import KafkaProducer
 
+from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.data.sampling import sample_event_times
-from airflow_provider_primus.spec import load_data_spec
 from tests.data.conftest import T0, files_source, hour_dir, spec_doc
 
 SECONDS = int(T0.timestamp())

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 import torch
 
+from airflow_provider_primus.contracts.schema import SourceSchema
 from airflow_provider_primus.data.tensors import TensorBatch, to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer
-from airflow_provider_primus.spec.schema import SourceSchema
 
 SCHEMA = SourceSchema.model_validate(
     {

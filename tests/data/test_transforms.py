@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from airflow_provider_primus.contracts.schema import SourceSchema
 from airflow_provider_primus.data import transforms
 from airflow_provider_primus.data.transforms import (
     BatchTransformer,
@@ -16,7 +17,6 @@ from airflow_provider_primus.data.transforms import (
     SchemaMismatchError,
     hash_ids,
 )
-from airflow_provider_primus.spec.schema import SourceSchema
 
 MASK = (1 << 64) - 1
 

@@ -142,7 +142,7 @@ def test_the_trainer_image_has_torch_and_trains_a_step(
     import_s = import_image(real_cluster, image)
     code = (
         "import json, torch\n"
-        "import airflow_provider_primus.training.model\n"
+        "import airflow_provider_primus.training.dlrm\n"
         "torch.manual_seed(0)\n"
         "w = torch.zeros(4, requires_grad=True)\n"
         "x, y = torch.randn(64, 4), torch.randn(64)\n"

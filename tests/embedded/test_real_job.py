@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from airflow_provider_primus.contracts.status import TERMINAL
 from airflow_provider_primus.embedded.kafka.broker import EmbeddedKafka
 from airflow_provider_primus.embedded.kafka.distribution import KafkaDistribution
 from airflow_provider_primus.embedded.kube.access import ADMIN
@@ -41,7 +42,6 @@ from airflow_provider_primus.kubernetes.submission import read_ca_cert, read_tok
 from airflow_provider_primus.master.client import ControlClient
 from airflow_provider_primus.master.jobs import submit, wait_for
 from airflow_provider_primus.master.store import JobRecord
-from airflow_provider_primus.spec.status import TERMINAL
 from tests.embedded.conftest import import_image
 from tests.kube_env import install_crd
 from tests.master.conftest import trace_rows, trace_rows_of_group
@@ -455,9 +455,33 @@ def test_the_airflow_operator_runs_a_job_in_pods_and_the_sensor_follows_it(
     assert_exactly_once(world)
 
 
+def freeze(pod: dict[str, Any], frozen: bool) -> None:
+    """Freeze (or thaw) a pod's container in its cgroup v1 freezer, as ``runc pause`` does: the
+    process keeps its sockets and its memory but runs no instruction, so the pass cannot end under a
+    fault however fast the trainer is. Returns once the kernel reports the state reached."""
+    uid = pod["metadata"]["uid"]
+    container = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    root = Path("/sys/fs/cgroup/freezer")
+    groups = [g for u in (uid, uid.replace("-", "_")) for g in root.glob(f"**/*pod{u}*/*{container}*")]
+    assert len(groups) == 1, f"the freezer cgroup of {pod['metadata']['name']}: {groups}"
+    state = groups[0] / "freezer.state"
+    want = "FROZEN" if frozen else "THAWED"
+    state.write_text(want)
+    deadline = time.monotonic() + 30
+    while state.read_text().strip() != want:
+        assert time.monotonic() < deadline, f"{pod['metadata']['name']} still {state.read_text().strip()}"
+        time.sleep(0.05)
+
+
 def run_fault_job(world: PodJobWorld) -> None:
     world.produce_stream(STREAM_ROWS, seed=7)
-    submit(world.job(), store=world.store)
+    path = world.job()
+    job = yaml.safe_load(path.read_text())
+    # The trainer is frozen while the master is replaced (below): a silence of its reports that is
+    # the test's doing, not a hang for the master to fix.
+    job["spec"]["roles"]["trainer"]["failover"] = {"hang_timeout_s": 900.0}
+    path.write_text(yaml.safe_dump(job, sort_keys=False))
+    submit(path, store=world.store)
     master = start_master_pod(world.store, world.name)
     assert master["spec"]["serviceAccountName"] == "primus-master"
     first = world.wait("the trainer trains", lambda r: step(r) > 0, timeout_s=600)
@@ -474,11 +498,13 @@ def run_fault_job(world: PodJobWorld) -> None:
     assert all(ip.startswith("10.88.") for ip in ips.values()), ips
     assert ips["job-master"] in first.status["master"]["api"]
 
-    # A checkpoint exists; then the pass is slowed (an in-place resize, which the kubelet applies) so
-    # that every fault lands mid-pass.
+    # A checkpoint exists; then the trainer is slowed (an in-place resize, which the kubelet applies)
+    # and frozen, so that every fault lands mid-pass: at 50m a small model still steps tens of times
+    # a second, and the pass could end before the master's successor is up.
     world.wait("a checkpoint", lambda r: step(r) > 60)
     world.client().resize("trainer-0", cpu=0.05)
     world.wait("the trainer slowed", lambda r: cpu_of(r, "trainer-0") == 0.05)
+    freeze(world.pods()["job-trainer-0-0"], True)
 
     # (a) A data executor pod force-deleted (grace 0): its leases go back; a new incarnation serves.
     world.api.delete(resource_path("v1", "pods", world.namespace, "job-data-0-0"), {"gracePeriodSeconds": 0})
@@ -498,6 +524,7 @@ def run_fault_job(world: PodJobWorld) -> None:
     start_master_pod(world.store, world.name)
     world.wait("the successor adopts", lambda _: sum(
         1 for e in world.store.events(world.name) if e.type == "ExecutorAdopted") >= len(live))  # fmt: skip
+    freeze(world.pods()["job-trainer-0-0"], False)
     pods = world.wait_pods("the successor's pod", lambda p: running_pod(p, "job-master"))
     assert pods["job-master"]["metadata"]["uid"] != old_master
     successor = pods["job-master"]["status"]["podIP"]

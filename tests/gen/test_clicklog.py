@@ -21,6 +21,7 @@ from kafka.admin import KafkaAdminClient
 
 from airflow_provider_primus.cli import gen as gen_cli
 from airflow_provider_primus.cli.main import build_parser, main
+from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.data.errors import CorruptFileError
 from airflow_provider_primus.data.model import FileSlice, Task
 from airflow_provider_primus.data.reader import read_task
@@ -29,7 +30,6 @@ from airflow_provider_primus.gen import clicklog, files
 from airflow_provider_primus.gen.clicklog import SCHEMA, World, generate_day, user_vectors
 from airflow_provider_primus.gen.events import encode_events, iter_stream, produce_stream
 from airflow_provider_primus.gen.files import hash_buckets, write_data_spec, write_history
-from airflow_provider_primus.spec import load_data_spec
 
 START = datetime(2026, 2, 1, tzinfo=UTC)
 SMALL = World(seed=7, start=START, history_days=3, stream_days=2, rows_per_day=2_000, users=400, items=150)

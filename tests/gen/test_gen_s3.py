@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from airflow_provider_primus.cli.main import main
+from airflow_provider_primus.contracts import load_data_spec, validate_data_spec
 from airflow_provider_primus.data.planner import plan
 from airflow_provider_primus.embedded.s3 import S3State
-from airflow_provider_primus.spec import load_data_spec, validate_data_spec
 from tests.gen.test_clicklog import SMALL_ARGS
 from tests.s3_helpers import admin_fs, new_bucket
 

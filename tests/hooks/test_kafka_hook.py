@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.data.sources.kafka import ensure_topic
 from airflow_provider_primus.data.sources.kafka_client import admin_client, client_config, connection_env_name
 from airflow_provider_primus.embedded.kafka import EmbeddedKafka
 from airflow_provider_primus.hooks.kafka import kafka_client_for, resolve_kafka_connection
 from airflow_provider_primus.hooks.primus import storage_environment
-from airflow_provider_primus.spec import load_data_spec
 
 
 def test_a_kafka_connection_travels_by_environment_to_a_working_client(

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from airflow_provider_primus.contracts.storage import Credentials
 from airflow_provider_primus.data.objectstore import CredentialsError, resolve_credentials
 from airflow_provider_primus.hooks.storage import connection_environment, resolve_connection
-from airflow_provider_primus.spec.storage import Credentials
 
 
 def test_an_aws_connection_resolves_and_travels_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_primus.contracts.job import KubernetesBackend as KubernetesSettings
 from airflow_provider_primus.kubernetes import pods as kube_backend
 from airflow_provider_primus.kubernetes.client import KubeApi, resource_path
 from airflow_provider_primus.kubernetes.manifests import owner_reference
 from airflow_provider_primus.kubernetes.pods import KubernetesBackend, PodTemplate
 from airflow_provider_primus.kubernetes.store import KubeJobStore
-from airflow_provider_primus.resources.backend import Allotment
-from airflow_provider_primus.spec.job import KubernetesBackend as KubernetesSettings
+from airflow_provider_primus.resources.backend import Allotment, LaunchRequest
 from tests.kube_env import MASTER_USER, NO_RESIZE_USER, KubeEnv
 
 TOKEN = "s3cr3t-token-value-never-in-a-pod-spec"
@@ -100,7 +100,9 @@ def test_a_launched_executor_is_a_pod_with_the_jobs_contract(
 ) -> None:
     b, _ = backend
     env = {"PRIMUS_JOB_TOKEN": TOKEN, "PRIMUS_EXIT_FILE": "/tmp/x.exit"}
-    handle = b.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), env, incarnation=2)
+    handle = b.launch(
+        LaunchRequest("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), env, incarnation=2)
+    )
     assert handle.ref["pod"] == "j-data-0-2"
     pod = kube.api().get(resource_path("v1", "pods", kube.namespace, "j-data-0-2"))
     assert pod["metadata"]["uid"] == handle.ref["uid"]
@@ -154,8 +156,12 @@ def test_launching_the_same_incarnation_again_adopts_the_pod(
 ) -> None:
     """A master that died between creating a pod and recording it launches it again: no duplicate."""
     b, _ = backend
-    first = b.launch("trainer-0", "trainer", 0, Allotment(1.0, 512 * MIB), command("trainer"), {})
-    again = b.launch("trainer-0", "trainer", 0, Allotment(2.0, 1024 * MIB), command("trainer"), {})
+    first = b.launch(
+        LaunchRequest("trainer-0", "trainer", 0, Allotment(1.0, 512 * MIB), command("trainer"), {})
+    )
+    again = b.launch(
+        LaunchRequest("trainer-0", "trainer", 0, Allotment(2.0, 1024 * MIB), command("trainer"), {})
+    )
     assert again.ref["uid"] == first.ref["uid"]
     assert again.allotment == first.allotment  # what the pod really has
     pods = kube.api().get(resource_path("v1", "pods", kube.namespace), labelSelector="primus.dev/job=j")
@@ -165,7 +171,7 @@ def test_launching_the_same_incarnation_again_adopts_the_pod(
 
 def test_a_resize_is_applied_in_place(kube: KubeEnv, backend: tuple[KubernetesBackend, Recorder]) -> None:
     b, recorder = backend
-    handle = b.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), {})
+    handle = b.launch(LaunchRequest("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), {}))
     assert running(b, "j-data-0-0")
     resized = b.resize(handle, Allotment(1.5, 512 * MIB))
     assert resized.allotment == Allotment(1.5, 512 * MIB) and not recorder.events
@@ -182,7 +188,7 @@ def test_a_refused_resize_is_reported_and_the_allotment_kept(kube: KubeEnv, job:
     recorder = Recorder()
     b = make_backend(kube, job, user=NO_RESIZE_USER, on_event=recorder)
     try:
-        handle = b.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), {})
+        handle = b.launch(LaunchRequest("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), {}))
         kept = b.resize(handle, Allotment(1.0, 256 * MIB))
         assert kept.allotment == handle.allotment
         ((type_, executor, data),) = recorder.events
@@ -202,8 +208,8 @@ def test_exits_terminations_and_orphans_are_observed(
     kube: KubeEnv, backend: tuple[KubernetesBackend, Recorder], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     b, recorder = backend
-    failing = b.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), {})
-    stopped = b.launch("data-1", "data", 1, Allotment(0.5, 256 * MIB), command("data"), {})
+    failing = b.launch(LaunchRequest("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), {}))
+    stopped = b.launch(LaunchRequest("data-1", "data", 1, Allotment(0.5, 256 * MIB), command("data"), {}))
     assert running(b, "j-data-0-0") and running(b, "j-data-1-0")
     kube.api().patch(
         resource_path("v1", "pods", kube.namespace, "j-data-0-0"),
@@ -220,7 +226,7 @@ def test_exits_terminations_and_orphans_are_observed(
     assert not b.adopt(failing) and not b.adopt(stopped)
     # A pod of this job that no handle names (made by a master that died before recording it).
     monkeypatch.setattr(kube_backend, "ORPHAN_GRACE_S", 0.0)
-    b.launch("data-2", "data", 2, Allotment(0.5, 256 * MIB), command("data"), {})
+    b.launch(LaunchRequest("data-2", "data", 2, Allotment(0.5, 256 * MIB), command("data"), {}))
     assert b.informer.wait_for(lambda objs: "j-data-2-0" in objs, timeout_s=30)
     b.observe([failing])
     assert b.informer.wait_for(lambda objs: "j-data-2-0" not in objs, timeout_s=30)
@@ -242,7 +248,7 @@ def test_a_pod_the_watch_has_not_delivered_yet_is_not_taken_for_deleted(
     created is still the executor's pod, and only the API server can say it is gone."""
     b, _ = backend
     b.informer.stop()  # the watch delivers nothing more from here: the lag made permanent
-    handle = b.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), {})
+    handle = b.launch(LaunchRequest("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data"), {}))
     assert b.informer.get("j-data-0-0") is None
     assert b.observe([handle])["data-0"].alive
     kube.api().delete(resource_path("v1", "pods", kube.namespace, "j-data-0-0"), {"gracePeriodSeconds": 0})
@@ -260,7 +266,7 @@ def test_a_tls_job_mounts_its_ca_secret_and_an_asked_wildcard_is_kept(
     b, _ = backend
     env = {"PRIMUS_JOB_TOKEN": TOKEN, "PRIMUS_TLS_DIR": "/home/me/.primus/jobs/j/tls"}
     wildcard = [*command("data")[:-1], "0.0.0.0"]
-    b.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), wildcard, env)
+    b.launch(LaunchRequest("data-0", "data", 0, Allotment(0.5, 256 * MIB), wildcard, env))
     pod = kube.api().get(resource_path("v1", "pods", kube.namespace, "j-data-0-0"))
     (c,) = pod["spec"]["containers"]
     env_vars = {e["name"]: e for e in c["env"]}
@@ -275,8 +281,8 @@ def test_a_tls_job_mounts_its_ca_secret_and_an_asked_wildcard_is_kept(
 
 
 def test_object_store_secrets_reach_executor_pods_by_secret_key_ref() -> None:
+    from airflow_provider_primus.contracts import load_data_spec
     from airflow_provider_primus.kubernetes.pods import storage_secret_env
-    from airflow_provider_primus.spec import load_data_spec
 
     source = {
         "name": "history",
@@ -302,7 +308,7 @@ def test_object_store_secrets_reach_executor_pods_by_secret_key_ref() -> None:
         "PRIMUS_S3_SECRET_LAKE_KEYS_SECRET_ACCESS_KEY": {"name": "lake-keys", "key": "secret_access_key"},
     }
     # Checkpoints in another bucket with their own Secret: the trainers need those keys too.
-    from airflow_provider_primus.spec.loader import load_training_spec
+    from airflow_provider_primus.contracts.loader import load_training_spec
 
     ckpt = {"endpoint": "http://minio:9000", "credentials": {"secret": {"name": "ckpt-keys"}}}
     training = load_training_spec(
@@ -344,9 +350,11 @@ def test_role_images_volumes_and_the_dispatcher_reach_the_pod_and_an_adopter_red
     here = ["--dispatcher", "grpc://10.1.0.5:7000"]
     try:
         trainer = first.launch(
-            "trainer-0", "trainer", 0, Allotment(1, 512 * MIB), command("trainer") + here, {}
+            LaunchRequest("trainer-0", "trainer", 0, Allotment(1, 512 * MIB), command("trainer") + here, {})
         )
-        data = first.launch("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data") + here, {})
+        data = first.launch(
+            LaunchRequest("data-0", "data", 0, Allotment(0.5, 256 * MIB), command("data") + here, {})
+        )
     finally:
         first.close()
     pods = {h.ref["pod"]: kube.api().get(resource_path("v1", "pods", kube.namespace, h.ref["pod"]))

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_primus.contracts.crd import API_VERSION, PLURAL
 from airflow_provider_primus.kubernetes.client import resource_path
 from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.master.store import Conflict, JobExists, JobNotFound, modify
-from airflow_provider_primus.spec.crd import API_VERSION, PLURAL
 from tests.kube_env import KubeEnv
 
 DOC: dict[str, Any] = {

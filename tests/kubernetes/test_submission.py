@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_primus.contracts.crd import API_VERSION, PLURAL
 from airflow_provider_primus.kubernetes.client import resource_path
 from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.master.client import ControlClient
 from airflow_provider_primus.master.jobs import read_job_ca, read_token, submit, wait_for
 from airflow_provider_primus.master.store import JobRecord
-from airflow_provider_primus.spec.crd import API_VERSION, PLURAL
 from tests.kube_env import MASTER_USER, SUBMITTER_USER, KubeEnv
 from tests.master.conftest import JobWorld
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from airflow_provider_primus.contracts import load_data_spec
+from airflow_provider_primus.contracts.job import PrimusJob
+from airflow_provider_primus.contracts.status import EventTimePayload, EventType
 from airflow_provider_primus.master.dataservice import JobData
 from airflow_provider_primus.master.events import EventLog
 from airflow_provider_primus.master.store import SqliteJobStore
-from airflow_provider_primus.spec import load_data_spec
-from airflow_provider_primus.spec.job import PrimusJob
-from airflow_provider_primus.spec.status import EventTimePayload, EventType
 from tests.data.conftest import seconds_data_document
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
+from airflow_provider_primus.contracts.errors import SpecError
 from airflow_provider_primus.master.jobs import job_paths, load_job, read_token, submit
 from airflow_provider_primus.master.store import JobExists, JobNotFound, SqliteJobStore
-from airflow_provider_primus.spec.errors import SpecError
 from tests.training.conftest import SCHEMA, T0
 
 Doc = dict[str, Any]

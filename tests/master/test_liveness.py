@@ -1,16 +1,24 @@
-"""Hung executors (alive, not progressing) with real processes: each is stopped with SIGSTOP, so
-its process runs on for the backend while it serves nothing; the master must notice, say so, kill
-it and replace it, and the job still trains every row exactly once."""
+"""Hung executors (alive, not progressing) with real processes: one stopped with SIGSTOP, so its
+process runs on for the backend while it serves nothing, or a data executor whose reader wedged
+while its heartbeat goes on; the master must notice, say so, kill it and replace it, and the job
+still trains every row exactly once."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from airflow_provider_primus.data.service.options import COMMAND as SERVE_DATA
 from airflow_provider_primus.master.jobs import submit
+from airflow_provider_primus.master.store import JobRecord
+from airflow_provider_primus.resources.backend import Handle, LaunchRequest
+from airflow_provider_primus.resources.local import LocalBackend
 from tests.master.conftest import JobWorld
 from tests.master.test_master import assert_exactly_once, ended, executor, running, slowed, until
 
@@ -72,3 +80,47 @@ def test_a_stopped_trainer_is_declared_hung_and_resumes_from_its_checkpoint(job_
     assert hung.message == "trainer-0 hung: no report for 10 s; replacing it"
     assert executor(record, "trainer-0")["restarts"] == 1
     assert_exactly_once(job_world)  # rows after its checkpoint were rewound and trained once
+
+
+def incarnation(record: JobRecord, name: str) -> int | None:
+    """The executor's incarnation, None before the master's first status lists it."""
+    found: int | None = (record.status.get("executors") or {}).get(name, {}).get("incarnation")
+    return found
+
+
+WEDGED_READER = Path(__file__).with_name("wedged_reader.py")
+
+
+class WedgingBackend(LocalBackend):
+    """The local backend, except that data-0's first incarnation runs the real data executor under
+    ``wedged_reader.py``: its reader stops asking for work after two leases, its heartbeat goes on."""
+
+    def launch(self, request: LaunchRequest) -> Handle:
+        if request.name == "data-0" and request.incarnation == 0:
+            args = list(request.command)
+            command = [sys.executable, str(WEDGED_READER), *args[args.index(SERVE_DATA) :]]
+            request = dataclasses.replace(request, command=command)
+        return super().launch(request)
+
+
+def test_a_data_executor_that_asks_for_no_work_while_work_waits_is_hung_and_replaced(
+    job_world: JobWorld,
+) -> None:
+    """Heartbeats alone do not make a data executor live: one that holds nothing and asks for
+    nothing while work waits serves no one, and with one data executor the pass would never end."""
+    submit(job_world.job(**hung_spec("data", 3)), store=job_world.store)
+    factory = lambda m: WedgingBackend(m.paths.executors, on_event=m.backend_event)  # noqa: E731
+    with running(job_world, backend_factory=factory):
+        after = until(job_world, lambda r: incarnation(r, "data-0") == 1)
+        record = until(job_world, ended)
+    assert after.status["progress"]["acked_rows"] < job_world.rows  # replaced mid-pass
+    assert record.status["phase"] == "Succeeded", record.status["message"]
+    events = hung_events(job_world)
+    assert len(events) == 1, [e.message for e in events]
+    (hung,) = events
+    assert hung.executor == "data-0"
+    assert hung.message == "data-0 hung: asked for no work for 3 s while work waited; replacing it"
+    assert hung.data["incarnation"] == 0 and hung.data["silent_s"] >= 3
+    assert executor(record, "data-0")["incarnation"] == 1
+    assert executor(record, "data-0")["restarts"] == 1
+    assert_exactly_once(job_world)  # what it had leased and served went to its replacement once

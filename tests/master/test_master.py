@@ -15,13 +15,13 @@ import httpx
 import psutil
 import pytest
 
+from airflow_provider_primus.contracts.status import TERMINAL, LaunchPayload, Phase
 from airflow_provider_primus.master.client import ControlClient
 from airflow_provider_primus.master.jobs import read_token, start_master, submit, wait_for
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord, modify
 from airflow_provider_primus.resources.backend import BackendUnusableError, Observation
 from airflow_provider_primus.resources.local import LocalBackend
-from airflow_provider_primus.spec.status import TERMINAL, LaunchPayload, Phase
 from tests.master.conftest import JobWorld, write_world
 from tests.training.conftest import T0
 

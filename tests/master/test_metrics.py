@@ -10,10 +10,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from airflow_provider_primus.contracts.status import TERMINAL
 from airflow_provider_primus.master.jobs import read_token, submit, wait_for
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord
-from airflow_provider_primus.spec.status import TERMINAL
 from tests.master.conftest import JobWorld
 
 pytestmark = pytest.mark.timeout(240)

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 from pyarrow import flight
 
+from airflow_provider_primus.contracts.status import TERMINAL
 from airflow_provider_primus.data.service.auth import flight_client
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.master.client import ControlClient, ControlError
@@ -28,7 +29,6 @@ from airflow_provider_primus.master.jobs import (
     wait_for,
 )
 from airflow_provider_primus.master.store import JobRecord, modify
-from airflow_provider_primus.spec.status import TERMINAL
 from airflow_provider_primus.tls import TLS_DIR_ENV, JobCa, TlsError
 from tests.master.conftest import JobWorld
 

@@ -20,7 +20,7 @@ from airflow_provider_primus.master.client import ControlClient
 from airflow_provider_primus.master.jobs import read_token, start_master, submit
 from airflow_provider_primus.master.master import Master
 from airflow_provider_primus.master.store import JobRecord, modify
-from airflow_provider_primus.resources.backend import Handle
+from airflow_provider_primus.resources.backend import Handle, LaunchRequest
 from airflow_provider_primus.resources.local import LocalBackend
 from tests.master.conftest import JobWorld, trace_rows_of_group
 from tests.master.test_master import ended, event_types, executor, running, slowed, until
@@ -227,11 +227,11 @@ class _SecondTrainerRefusedOnce(LocalBackend):
 
     refused = False
 
-    def launch(self, *args: Any, **kwargs: Any) -> Handle:
-        if args[0] == "trainer-1" and not self.refused:
+    def launch(self, request: LaunchRequest) -> Handle:
+        if request.name == "trainer-1" and not self.refused:
             type(self).refused = True
             raise RuntimeError("refused: exceeded quota")
-        return super().launch(*args, **kwargs)
+        return super().launch(request)
 
 
 def test_a_group_whose_start_failed_part_way_starts_again_whole(job_world: JobWorld) -> None:

@@ -13,12 +13,12 @@ import pytest
 import yaml
 from airflow.sdk.exceptions import TaskDeferred
 
+from airflow_provider_primus.contracts.crd import API_VERSION, PLURAL
 from airflow_provider_primus.data.sources.kafka_client import connection_env_name
 from airflow_provider_primus.hooks.primus import PrimusHook
 from airflow_provider_primus.kubernetes.client import resource_path
 from airflow_provider_primus.operators.base import job_name_for
 from airflow_provider_primus.operators.job import PrimusSubmitJobOperator, label_value, run_labels
-from airflow_provider_primus.spec.crd import API_VERSION, PLURAL
 from airflow_provider_primus.triggers.job import PrimusJobTrigger
 from tests.kube_env import SUBMITTER_USER, KubeEnv
 from tests.master.conftest import JobWorld

@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from airflow_provider_primus.contracts.status import TERMINAL
 from airflow_provider_primus.embedded.s3 import S3State
 from airflow_provider_primus.hooks.primus import PrimusHook
 from airflow_provider_primus.master.jobs import wait_for
 from airflow_provider_primus.paths import primus_home
-from airflow_provider_primus.spec.status import TERMINAL
 from tests.s3_helpers import admin_fs, aws_connection, new_bucket
 from tests.training.conftest import T0, events, history_source
 

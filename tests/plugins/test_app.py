@@ -53,7 +53,7 @@ def _executor(
 
 
 def launched(cpu: float, mib: int, **ref: Any) -> dict[str, Any]:
-    """An ExecutorLaunched payload as the master writes it (spec/status.py's LaunchPayload)."""
+    """An ExecutorLaunched payload as the master writes it (contracts/status.py's LaunchPayload)."""
     return {**ref, "cpu": cpu, "memory": mib * 2**20}
 
 

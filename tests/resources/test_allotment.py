@@ -34,8 +34,8 @@ def test_the_trainer_command_can_set_it_before_torch_loads() -> None:
     code = (
         "import sys\n"
         "import airflow_provider_primus.cli.main, airflow_provider_primus.cli.train\n"
-        "import airflow_provider_primus.spec, airflow_provider_primus.spec.loader\n"
-        "import airflow_provider_primus.spec.training\n"
+        "import airflow_provider_primus.contracts, airflow_provider_primus.contracts.loader\n"
+        "import airflow_provider_primus.contracts.training\n"
         "sys.exit(1 if 'torch' in sys.modules else 0)\n"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_primus.contracts.job import Scaling
 from airflow_provider_primus.resources.autoscaler import Decision, RoleView, decide
 from airflow_provider_primus.resources.telemetry import Sample
-from airflow_provider_primus.spec.job import Scaling
 
 TRACES = Path(__file__).parent / "traces"
 MI = 2**20

@@ -22,7 +22,7 @@ import pytest
 from airflow_provider_primus.process import pid_alive
 from airflow_provider_primus.resources import cgroups, procfs
 from airflow_provider_primus.resources.allotment import AllotmentWatcher
-from airflow_provider_primus.resources.backend import Allotment, Handle, Observation
+from airflow_provider_primus.resources.backend import Allotment, Handle, LaunchRequest, Observation
 from airflow_provider_primus.resources.local import LocalBackend
 
 MiB = 1 << 20
@@ -100,7 +100,9 @@ class Executors:
         script.write_text(textwrap.dedent(code))
         out = self.workdir / f"{name}.out"
         handle = backend.launch(
-            name, "data", 0, Allotment(cpu, memory), [sys.executable, str(script), str(out)], {}
+            LaunchRequest(
+                name, "data", 0, Allotment(cpu, memory), [sys.executable, str(script), str(out)], {}
+            )
         )
         self.started.append((backend, handle))
         return handle, out

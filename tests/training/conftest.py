@@ -23,10 +23,10 @@ import torch
 import yaml
 from kafka import KafkaConsumer
 
+from airflow_provider_primus.contracts.sources import KafkaSource
 from airflow_provider_primus.data.sources.kafka import ensure_topic, produce
 from airflow_provider_primus.embedded.kafka import EmbeddedKafka, ensure_distribution
 from airflow_provider_primus.embedded.kafka.broker import free_port
-from airflow_provider_primus.spec.sources import KafkaSource
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 SCHEMA = {
@@ -171,6 +171,13 @@ def world(tmp_path: Path, kafka_broker: Any, new_topic: Callable[..., str]) -> W
     return World(
         tmp_path, kafka_broker.bootstrap_servers, topic, hours * per_file, hours * per_file, spec_path
     )
+
+
+def id_batch(tables: list[int], n: int, seed: int, num_dense: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded model input: one in-range ID per table per row, standard-normal dense values."""
+    g = torch.Generator().manual_seed(seed)
+    sparse = torch.stack([torch.randint(0, t, (n,), generator=g) for t in tables], dim=1)
+    return sparse, torch.randn(n, num_dense, generator=g)
 
 
 def rows_by_source(steps: list[dict[str, list[int]]]) -> Callable[[int, list[tuple[str, Any]]], None]:

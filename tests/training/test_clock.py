@@ -17,11 +17,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_provider_primus.contracts import load_data_spec
+from airflow_provider_primus.contracts.loader import load_training_spec
+from airflow_provider_primus.contracts.status import ClockPayload, EventType, payload_model
+from airflow_provider_primus.contracts.training import Freshness
 from airflow_provider_primus.data.tensors import TensorBatch
-from airflow_provider_primus.spec import load_data_spec
-from airflow_provider_primus.spec.loader import load_training_spec
-from airflow_provider_primus.spec.status import ClockPayload, EventType, payload_model
-from airflow_provider_primus.spec.training import Freshness
 from airflow_provider_primus.training.clock import TrainingClock
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
 from tests.training.conftest import T0, World, events, to_json

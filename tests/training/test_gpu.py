@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from airflow_provider_primus.data.tensors import TensorBatch
+from airflow_provider_primus.training.dlrm import DLRM
 from airflow_provider_primus.training.gpu import (
     MIB,
     RESERVE_MIN,
@@ -30,7 +31,6 @@ from airflow_provider_primus.training.gpu import (
     process_group_backend,
     trainer_device,
 )
-from airflow_provider_primus.training.model import DLRM
 
 GPU = torch.device("cuda", 0)  # a device object only: nothing here touches a GPU
 HOST = torch.device("cpu")

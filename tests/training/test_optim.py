@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from airflow_provider_primus.training.model import DLRM
+from airflow_provider_primus.training.dlrm import DLRM
 from airflow_provider_primus.training.optim import Optimizers
 
 # torch's Adagrad warns, once per process, that it builds sparse tensors without invariant checks.

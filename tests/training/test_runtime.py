@@ -25,13 +25,13 @@ import torch
 import yaml
 from kafka import KafkaConsumer
 
+from airflow_provider_primus.contracts import load_data_spec
+from airflow_provider_primus.contracts.loader import load_training_spec
 from airflow_provider_primus.data.tensors import TensorBatch
-from airflow_provider_primus.spec import load_data_spec
-from airflow_provider_primus.spec.loader import load_training_spec
-from airflow_provider_primus.training.checkpoint import CheckpointStore
-from airflow_provider_primus.training.feeds import StreamFeed
+from airflow_provider_primus.training.checkpoints.files import CheckpointStore
+from airflow_provider_primus.training.checkpoints.served import served_model
+from airflow_provider_primus.training.feeds.feed import StreamFeed
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
-from airflow_provider_primus.training.served import served_model
 from tests.training.conftest import World
 
 PRIMUS = str(Path(sys.executable).parent / "primus")
@@ -263,7 +263,7 @@ def test_holdout_window_is_evaluated_at_the_end_and_a_snapshot_is_published(
 
     import pyarrow.parquet as pq
 
-    from airflow_provider_primus.training.publish import latest_snapshot
+    from airflow_provider_primus.training.checkpoints.snapshots import latest_snapshot
     from tests.training.conftest import T0, events
 
     hour = T0 + timedelta(hours=4)  # just after the training window
@@ -335,8 +335,8 @@ def test_savepoints_are_acknowledged_cumulatively_one_checkpoint_for_many(tmp_pa
 
     from airflow_provider_primus.data.service.dispatcher import Dispatcher
     from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
-    from airflow_provider_primus.training.mixer import MixPolicy, SourcePolicy
-    from airflow_provider_primus.training.savepoints import SAVEPOINTS_REPORTED
+    from airflow_provider_primus.training.checkpoints.savepoints import SAVEPOINTS_REPORTED
+    from airflow_provider_primus.training.feeds.mixer import MixPolicy, SourcePolicy
     from tests.training.conftest import T0, history_source
 
     data = load_data_spec(

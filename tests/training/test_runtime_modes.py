@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from airflow_provider_primus.spec import load_data_spec
-from airflow_provider_primus.spec.loader import load_training_spec
+from airflow_provider_primus.contracts import load_data_spec
+from airflow_provider_primus.contracts.loader import load_training_spec
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
 from tests.training.conftest import T0, World, events, letters_on, rows_by_source
 

@@ -20,12 +20,12 @@ import pytest
 import torch
 
 from airflow_provider_primus.bench.sharding import ShardingRun, spawn, train
-from airflow_provider_primus.training.checkpoint import CheckpointError, CheckpointStore
+from airflow_provider_primus.training.checkpoints.files import CheckpointError, CheckpointStore
+from airflow_provider_primus.training.checkpoints.shards import load_model_state, shard_path
 from airflow_provider_primus.training.distributed import Group
+from airflow_provider_primus.training.dlrm import DLRM, embedding_table
 from airflow_provider_primus.training.gpu import footprint
-from airflow_provider_primus.training.model import DLRM, embedding_table
 from airflow_provider_primus.training.optim import Optimizers
-from airflow_provider_primus.training.shard_checkpoint import load_model_state, shard_path
 from airflow_provider_primus.training.sharding import (
     REPLICATED,
     ROW_WISE,

@@ -16,8 +16,8 @@ import pytest
 import torch
 import yaml
 
-from airflow_provider_primus.training.publish import latest_snapshot
-from airflow_provider_primus.training.shard_checkpoint import shard_path
+from airflow_provider_primus.training.checkpoints.shards import shard_path
+from airflow_provider_primus.training.checkpoints.snapshots import latest_snapshot
 from tests.training.conftest import T0, events, history_source
 
 PRIMUS = str(Path(sys.executable).parent / "primus")

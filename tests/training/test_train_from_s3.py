@@ -14,12 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from airflow_provider_primus.contracts import load_data_spec
+from airflow_provider_primus.contracts.loader import load_training_spec
 from airflow_provider_primus.embedded.s3 import S3State
-from airflow_provider_primus.spec import load_data_spec
-from airflow_provider_primus.spec.loader import load_training_spec
-from airflow_provider_primus.training.object_checkpoints import latest_object_snapshot
+from airflow_provider_primus.training.checkpoints.objects import latest_object_snapshot
+from airflow_provider_primus.training.checkpoints.served import served_model
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
-from airflow_provider_primus.training.served import served_model
 from tests.s3_helpers import KEY_ENV, SECRET_ENV, admin_fs, new_bucket, storage
 from tests.training.conftest import T0, events, history_source
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from airflow_provider_primus.contracts.training import STREAM_DENSE_LR_MULTIPLIER, SourceControl
 from airflow_provider_primus.data.tensors import TensorBatch
-from airflow_provider_primus.spec.training import STREAM_DENSE_LR_MULTIPLIER, SourceControl
 from airflow_provider_primus.training.control import LocalStep, StepControl
 from airflow_provider_primus.training.distributed import Group
+from airflow_provider_primus.training.dlrm import DLRM
+from airflow_provider_primus.training.feeds.replay import REPLAY_SUFFIX
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
-from airflow_provider_primus.training.model import DLRM
 from airflow_provider_primus.training.optim import Optimizers
-from airflow_provider_primus.training.replay import REPLAY_SUFFIX
 from airflow_provider_primus.training.summary import TrainMetrics
 from airflow_provider_primus.training.update import SourceWeights, Updater
 

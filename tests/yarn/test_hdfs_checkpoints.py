@@ -17,7 +17,7 @@ import yaml
 from airflow_provider_primus.data.sources.files import open_filesystem
 from airflow_provider_primus.embedded.yarn import MiniYarnCluster
 from airflow_provider_primus.master.jobs import submit
-from airflow_provider_primus.training.object_checkpoints import (
+from airflow_provider_primus.training.checkpoints.objects import (
     ObjectCheckpointStore,
     _commit,
     checkpoint_store_for,

@@ -14,6 +14,7 @@ import pyarrow.fs as pafs
 import pytest
 import yaml
 
+from airflow_provider_primus.contracts.job import YarnBackend as YarnSettings
 from airflow_provider_primus.data.sources.files import open_filesystem
 from airflow_provider_primus.embedded.yarn import MiniYarnCluster, start
 from airflow_provider_primus.embedded.yarn.build import MiniClusterBuild
@@ -21,7 +22,6 @@ from airflow_provider_primus.hadoop import kerberos as kerberos_module
 from airflow_provider_primus.hadoop.config import load_conf
 from airflow_provider_primus.hadoop.kerberos import KerberosLogin, SpnegoAuth
 from airflow_provider_primus.master.jobs import submit
-from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
 from airflow_provider_primus.yarn.application import YarnUnsupportedError, client_identity
 from airflow_provider_primus.yarn.rest import ResourceManager
 from tests.master.conftest import JobWorld

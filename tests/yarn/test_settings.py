@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_primus.contracts.errors import SpecError
+from airflow_provider_primus.contracts.job import YarnBackend as YarnSettings
+from airflow_provider_primus.contracts.job import validate_job_spec
 from airflow_provider_primus.hadoop.config import load_conf
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.master.master import Master, MasterError
 from airflow_provider_primus.resources.backend import Allotment
-from airflow_provider_primus.spec.errors import SpecError
-from airflow_provider_primus.spec.job import YarnBackend as YarnSettings
-from airflow_provider_primus.spec.job import validate_job_spec
 from airflow_provider_primus.yarn.application import (
     YarnApplicationError,
     YarnSession,

@@ -17,7 +17,7 @@ from typing import Any
 
 from pyarrow import flight
 
-from airflow_provider_primus.spec.job import is_loopback
+from airflow_provider_primus.contracts.job import is_loopback
 from airflow_provider_primus.tls import ADVERTISE_ENV, TLS_DIR_ENV, JobCa, TlsError, load_job_ca
 
 TLS_SCHEME = "grpc+tls"

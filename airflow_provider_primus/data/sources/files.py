@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from airflow_provider_primus.contracts.storage import OBJECT_STORE_SCHEMES, ObjectStorage, uri_scheme
 from airflow_provider_primus.data.errors import CorruptFileError, MissingPartitionError, PlanCancelled
 from airflow_provider_primus.data.identity import footer_checksum, mtime_ns
 from airflow_provider_primus.data.model import FileInfo, MissingPartition
@@ -26,7 +27,6 @@ from airflow_provider_primus.data.objectstore import (
     open_object_store,
 )
 from airflow_provider_primus.hadoop.filesystem import open_hdfs
-from airflow_provider_primus.spec.storage import OBJECT_STORE_SCHEMES, ObjectStorage, uri_scheme
 
 __all__ = [
     "CorruptFileError",

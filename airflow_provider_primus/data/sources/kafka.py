@@ -6,30 +6,108 @@ with a timestamp); an open-ended plan starts where the source's start policy say
 
 Every client here is made by ``kafka_client.py`` from a source (its security settings) or from plain
 bootstrap servers (the embedded broker).
+
+Two failures look alike to kafka-python (an empty answer, or a timeout) and call for opposite
+handling: a topic the broker says it does not have (:class:`TopicNotFoundError`) stays missing
+however often it is asked, so it is terminal; a broker that does not answer
+(:class:`BrokerUnavailableError`) may be back in a second, so it is an outage to retry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from kafka import TopicPartition
+from kafka import errors as kafka_errors
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-from airflow_provider_primus.data.sources.kafka_client import KafkaTarget, admin_client, kafka_client
+from airflow_provider_primus.data.sources.kafka_client import (
+    KafkaClient,
+    KafkaTarget,
+    admin_client,
+    kafka_client,
+)
 from airflow_provider_primus.data.sources.kafka_client import consumer as _consumer
 from airflow_provider_primus.data.sources.kafka_client import producer as _producer
-from airflow_provider_primus.errors import PrimusError
+from airflow_provider_primus.errors import PrimusError, TerminalError
+
+# How long kafka-python waits for a first broker when a client sets nothing shorter.
+KAFKA_PYTHON_BOOTSTRAP_TIMEOUT_MS = 30_000
+# What kafka-python raises when no broker answers: a bootstrap or a request that timed out, a
+# connection refused or lost (``NoBrokersAvailable``: kafka-python before 3.0). A broker's own error
+# answer (a topic or partition it does not know, a leader moving) is no outage and is left as it is.
+_UNANSWERED: tuple[type[BaseException], ...] = tuple(
+    getattr(kafka_errors, name)
+    for name in (
+        "KafkaTimeoutError",
+        "KafkaConnectionError",
+        "NodeNotReadyError",
+        "RequestTimedOutError",
+        "NoBrokersAvailable",
+    )
+    if hasattr(kafka_errors, name)
+)
 
 
 class KafkaPlanError(PrimusError):
     pass
 
 
+class TopicNotFoundError(KafkaPlanError, TerminalError):
+    """The broker answered and holds no such topic (or none this client may see). Terminal: asking
+    again asks the same broker; the topic must be created or the source changed first."""
+
+    def __init__(self, topic: str, servers: str) -> None:
+        super().__init__(f"topic {topic!r} does not exist on {servers}")
+        self.topic, self.servers = topic, servers
+
+
+class BrokerUnavailableError(PrimusError):
+    """No broker of the bootstrap list answered in time (nothing listening, a broker restarting, a
+    partitioned network): an outage, which the stream waits out like one that starts mid-run."""
+
+
 def _ms(t: datetime) -> int:
     return int(t.timestamp() * 1000)
+
+
+@contextmanager
+def _offsets_consumer(
+    kafka: KafkaTarget, timeout_ms: int, **overrides: Any
+) -> Iterator[tuple[Any, KafkaClient]]:
+    """A consumer that never subscribes nor commits, for offset and metadata questions, and its
+    client settings; closed on the way out. A broker that does not answer (at bootstrap, within
+    ``timeout_ms`` at most, or later) is a :class:`BrokerUnavailableError`."""
+    client = kafka_client(kafka)
+    # Never longer than kafka-python's own wait, nor than a secured client's shorter one.
+    bootstrap_ms = client.kwargs().get("bootstrap_timeout_ms", KAFKA_PYTHON_BOOTSTRAP_TIMEOUT_MS)
+    try:
+        consumer: Any = _consumer(
+            client,
+            enable_auto_commit=False,
+            bootstrap_timeout_ms=min(timeout_ms, bootstrap_ms),
+            **overrides,
+        )
+        try:
+            yield consumer, client
+        finally:
+            consumer.close()
+    except _UNANSWERED as exc:
+        raise BrokerUnavailableError(f"no Kafka broker at {client.servers} answered: {exc}") from exc
+
+
+def topic_partitions(consumer: Any, topic: str, servers: str) -> list[TopicPartition]:
+    """The topic's partitions in partition order, from the broker's metadata (``consumer``: any
+    consumer; ``servers``: for the message). Raises :class:`TopicNotFoundError` when the broker's
+    answer has no such topic."""
+    parts = consumer.partitions_for_topic(topic)
+    if not parts:
+        raise TopicNotFoundError(topic, servers)
+    return [TopicPartition(topic, p) for p in sorted(parts)]
 
 
 def resolve_offsets(
@@ -45,19 +123,14 @@ def resolve_offsets(
 ) -> list[tuple[int, int, int | None]]:
     """[(partition, start_offset, end_offset | None)] in partition order. ``kafka``: the source (its
     client settings) or plain bootstrap servers."""
-    client = kafka_client(kafka)
-    consumer: Any = _consumer(
-        client,
+    with _offsets_consumer(
+        kafka,
+        timeout_ms,
         group_id=group_id if start_policy == "committed" else None,
-        enable_auto_commit=False,
         request_timeout_ms=timeout_ms + 1000,
         client_id="primus-planner",
-    )
-    try:
-        parts = consumer.partitions_for_topic(topic)
-        if not parts:
-            raise KafkaPlanError(f"topic {topic!r} does not exist on {client.servers}")
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+    ) as (consumer, client):
+        tps = topic_partitions(consumer, topic, client.servers)
         beginning = consumer.beginning_offsets(tps)
         end = consumer.end_offsets(tps)
 
@@ -86,8 +159,6 @@ def resolve_offsets(
         else:
             raise KafkaPlanError(f"unknown start policy {start_policy!r}")
         return [(tp.partition, start[tp], None) for tp in tps]
-    finally:
-        consumer.close()
 
 
 def produce(kafka: KafkaTarget, topic: str, values: Iterable[bytes]) -> int:
@@ -150,19 +221,10 @@ def consumer_lag(
     unconsumed; counting from 0 would include records retention already deleted). The consumer never
     subscribes, so asking does not join the group or move its offsets.
     """
-    client = kafka_client(kafka)
-    consumer: Any = _consumer(
-        client,
-        group_id=group_id,
-        enable_auto_commit=False,
-        request_timeout_ms=timeout_ms,
-        client_id="primus-lag",
-    )
-    try:
-        parts = consumer.partitions_for_topic(topic)
-        if not parts:
-            raise KafkaPlanError(f"topic {topic!r} does not exist on {client.servers}")
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+    with _offsets_consumer(
+        kafka, timeout_ms, group_id=group_id, request_timeout_ms=timeout_ms, client_id="primus-lag"
+    ) as (consumer, client):
+        tps = topic_partitions(consumer, topic, client.servers)
         end = consumer.end_offsets(tps, timeout_ms=timeout_ms)
         beginning = consumer.beginning_offsets(tps, timeout_ms=timeout_ms)
         lag: dict[int, int] = {}
@@ -171,5 +233,3 @@ def consumer_lag(
             base = beginning[tp] if committed is None else max(committed, beginning[tp])
             lag[tp.partition] = max(0, end[tp] - base)
         return lag
-    finally:
-        consumer.close()

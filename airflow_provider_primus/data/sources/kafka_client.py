@@ -28,9 +28,9 @@ from typing import Any, TypeVar
 
 from kafka.errors import KafkaError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError
 
+from airflow_provider_primus.contracts.kafka import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaSecurity
+from airflow_provider_primus.contracts.sources import KafkaSource
 from airflow_provider_primus.errors import PrimusError
-from airflow_provider_primus.spec.kafka import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaSecurity
-from airflow_provider_primus.spec.sources import KafkaSource
 
 __all__ = [
     "KafkaAuthError",

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.credentials import new_token
 from airflow_provider_primus.data.graph import TaskGraph
 from airflow_provider_primus.data.planner import PlanOptions, plan
@@ -20,7 +21,6 @@ from airflow_provider_primus.data.service.dispatcher import Dispatcher
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherServer
 from airflow_provider_primus.data.service.launch import ExecutorProcess as ExecutorProcess_
 from airflow_provider_primus.data.service.launch import launch_executor
-from airflow_provider_primus.spec import load_data_spec
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 SPARSE = ["user_id", "item_id"]

@@ -1,0 +1,62 @@
+"""A published snapshot as a model ready to score, built from what the snapshot itself records.
+
+A snapshot's ``model.pt`` holds weights only; how to call them — the table sizes, the MLP widths,
+the feature columns in the order the model takes them, and what the model does to its dense values
+(``model.dense_transform``) — is written beside them in the manifest's ``model`` record by the
+trainer that published it. A serving host that rebuilt the model from its own copy of the training
+spec could disagree with the trainer (a spec edited since, a default changed by an upgrade) and score
+every row with inputs the model never saw in training: train/serve skew that no error reports.
+Building the model from the record makes the served model the trained one, transform included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from airflow_provider_primus.training.dlrm import DLRM
+
+__all__ = ["MODEL_RECORD", "model_record", "served_model"]
+
+MODEL_RECORD = "model"  # the manifest key
+_ARCHITECTURE = ("num_embeddings", "num_dense", "embedding_dim", "bottom_mlp", "top_mlp", "dense_transform")
+
+
+class PublishedSnapshot(Protocol):
+    """A local (``checkpoints/snapshots.py``) or object-store (``checkpoints/objects.py``) snapshot."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def manifest(self) -> dict[str, Any]: ...
+
+    def load_state(self) -> dict[str, Any]: ...
+
+
+def model_record(
+    model_args: Mapping[str, Any], sparse: Sequence[str], dense: Sequence[str]
+) -> dict[str, Any]:
+    """The manifest's ``model`` record: the DLRM's arguments (the seed aside: the weights replace
+    what it draws) and the feature columns, in the order of the model's inputs."""
+    return {
+        **{key: model_args[key] for key in _ARCHITECTURE},
+        "sparse": list(sparse),
+        "dense": list(dense),
+    }
+
+
+def served_model(snapshot: PublishedSnapshot) -> DLRM:
+    """The published model, on the CPU, in eval mode, its weights checked against the manifest."""
+    record = snapshot.manifest.get(MODEL_RECORD)
+    missing = [k for k in _ARCHITECTURE if not isinstance(record, dict) or k not in record]
+    if missing:
+        raise ValueError(
+            f"model version {snapshot.version}: the manifest's {MODEL_RECORD!r} record lacks {missing} "
+            "(published before snapshots described their model); build the DLRM from the training "
+            "spec it was trained with, model.dense_transform included"
+        )
+    assert isinstance(record, dict)  # for mypy: checked above
+    model = DLRM(**{key: record[key] for key in _ARCHITECTURE})
+    model.load_state_dict(snapshot.load_state())
+    return model.eval()

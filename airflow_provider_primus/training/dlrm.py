@@ -1,0 +1,231 @@
+"""A DLRM-style click model: embeddings for sparse IDs, MLPs for dense features, dot interactions.
+
+The embedding tables dominate the parameter count and see only the rows a batch touches, so their
+gradients are sparse (``EmbeddingBag(sparse=True)``) and they get their own optimizer
+(:mod:`airflow_provider_primus.training.optim`); :meth:`DLRM.embedding_parameters` and
+:meth:`DLRM.dense_parameters` are that split.
+
+IDs are not range-checked: the transform layer hashes every sparse column into its table's bucket
+count, so an out-of-range ID is a configuration error that the embedding lookup itself reports.
+
+Dense values are transformed inside :meth:`DLRM.forward` (:func:`dense_input`), not upstream: the
+model is the one thing training, the held-out evaluation and a served snapshot all call, so none of
+them can skip or repeat the transform (train/serve skew), and a stateless transform keeps checkpoints,
+exact resume and sharded or elastic training exactly as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import cast
+
+import torch
+from torch import nn
+
+__all__ = ["DENSE_TRANSFORMS", "DLRM", "dense_input", "device_for", "embedding_table", "init_bound"]
+
+# The training contract's ``model.dense_transform`` choices (contracts/training.py), default first.
+DENSE_TRANSFORMS = ("log1p", "none")
+
+
+def device_for(choice: str) -> torch.device:
+    """The training spec's ``device``: ``auto`` takes a GPU when torch sees one."""
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _linear(fan_in: int, fan_out: int, generator: torch.Generator) -> nn.Linear:
+    # torch's default initialisation draws from (and advances) the global RNG: let it, on a fork of
+    # that RNG, then overwrite. (Building on "meta" instead imports torch._dynamo: 2 s per process.)
+    with torch.random.fork_rng(devices=[]):
+        layer = nn.Linear(fan_in, fan_out)
+    with torch.no_grad():
+        # The reference DLRM's scheme: Glorot-normal weights, biases scaled by the output width.
+        layer.weight.normal_(0.0, math.sqrt(2.0 / (fan_in + fan_out)), generator=generator)
+        layer.bias.normal_(0.0, math.sqrt(1.0 / fan_out), generator=generator)
+    return layer
+
+
+def _mlp(fan_in: int, widths: Sequence[int], generator: torch.Generator, *, relu_last: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for k, width in enumerate(widths):
+        layers.append(_linear(fan_in, width, generator))
+        if relu_last or k < len(widths) - 1:
+            layers.append(nn.ReLU())
+        fan_in = width
+    return nn.Sequential(*layers)
+
+
+def _check_transform(transform: str) -> None:
+    if transform not in DENSE_TRANSFORMS:
+        raise ValueError(f"dense_transform must be one of {list(DENSE_TRANSFORMS)}, got {transform!r}")
+
+
+def dense_input(dense: torch.Tensor, transform: str) -> torch.Tensor:
+    """What the bottom MLP sees of the raw dense values.
+
+    Nulls arrive as NaN (``to_tensors``) and become 0, the neutral input, as do infinities. Then
+    ``log1p`` maps each value to ``sign(x) * log(1 + |x|)``: raw logs are heavy-tailed (prices,
+    counts, durations spanning orders of magnitude) and an MLP fed them as they are is dominated by
+    their largest values; the reference DLRM takes ``log(x + 1)`` of Criteo's dense counts for that
+    reason. The signed form is defined for every real value (a negative balance, a delta), is the
+    identity near 0 (slope 1) and needs no statistics of the data, so it cannot drift between a
+    backfill and the stream, and nothing about it is learned or checkpointed. ``none`` leaves the
+    values as they are, for columns already scaled upstream.
+    """
+    _check_transform(transform)
+    values = torch.nan_to_num(dense, nan=0.0, posinf=0.0, neginf=0.0)
+    if transform == "log1p":
+        values = torch.sign(values) * torch.log1p(values.abs())
+    return values
+
+
+def init_bound(rows: int) -> float:
+    """A table's initial values are uniform in ±this (the reference DLRM's scheme)."""
+    return math.sqrt(1.0 / rows)
+
+
+def embedding_table(rows: int, dim: int, generator: torch.Generator) -> nn.EmbeddingBag:
+    # An explicit weight skips the default initialisation (and its use of the global RNG).
+    bag = nn.EmbeddingBag(rows, dim, mode="sum", sparse=True, _weight=torch.empty(rows, dim))
+    bound = init_bound(rows)
+    with torch.no_grad():
+        bag.weight.uniform_(-bound, bound, generator=generator)
+    return bag
+
+
+def _positive(name: str, values: Sequence[int]) -> None:
+    bad = [v for v in values if v < 1]
+    if bad:
+        raise ValueError(f"{name} must all be >= 1, got {list(values)}")
+
+
+class DLRM(nn.Module):
+    """Click-through logits from sparse IDs ``[n, n_sparse]`` and dense features ``[n, n_dense]``.
+
+    With ``num_dense == 0`` there is no bottom MLP (``bottom_mlp`` is ignored, so one config can
+    serve sources with and without dense features) and the top MLP sees only the interactions.
+    ``dense_transform`` is applied to the dense values in every forward pass (:func:`dense_input`).
+    """
+
+    def __init__(
+        self,
+        *,
+        num_embeddings: Sequence[int],
+        num_dense: int,
+        embedding_dim: int,
+        bottom_mlp: Sequence[int],
+        top_mlp: Sequence[int],
+        seed: int = 0,
+        dense_transform: str = DENSE_TRANSFORMS[0],
+    ) -> None:
+        super().__init__()
+        _check_transform(dense_transform)
+        _positive("num_embeddings", num_embeddings)
+        _positive("embedding_dim", [embedding_dim])
+        _positive("top_mlp widths", top_mlp)
+        if num_dense < 0:
+            raise ValueError(f"num_dense must be >= 0, got {num_dense}")
+        if num_dense > 0:
+            if not bottom_mlp:
+                raise ValueError("bottom_mlp must have at least one layer when num_dense > 0")
+            _positive("bottom_mlp widths", bottom_mlp)
+            if bottom_mlp[-1] != embedding_dim:
+                # The bottom output is dotted with the embeddings, so the widths must agree.
+                raise ValueError(
+                    f"bottom_mlp's last width ({bottom_mlp[-1]}) must equal embedding_dim ({embedding_dim})"
+                )
+        n_features = len(num_embeddings) + (1 if num_dense > 0 else 0)
+        top_in = self._top_width(n_features, num_dense, embedding_dim)
+
+        self.num_sparse = len(num_embeddings)
+        self.num_dense = num_dense
+        self.embedding_dim = embedding_dim
+        self.dense_transform = dense_transform
+        generator = torch.Generator().manual_seed(seed)
+        self.embeddings = nn.ModuleList(self._make_tables(num_embeddings, embedding_dim, generator))
+        self.bottom: nn.Sequential | None = (
+            _mlp(num_dense, bottom_mlp, generator, relu_last=False) if num_dense > 0 else None
+        )
+        self._make_interaction(n_features, generator)
+        top = _mlp(top_in, top_mlp, generator, relu_last=True)
+        top.append(_linear(top_mlp[-1] if top_mlp else top_in, 1, generator))
+        self.top = top
+
+    def _top_width(self, n_features: int, num_dense: int, embedding_dim: int) -> int:
+        """The top MLP's input width: the pairwise dot products, and the bottom MLP's output beside
+        them. The hook through which another interaction (training/dcn_v2.py) sizes the top."""
+        n_pairs = n_features * (n_features - 1) // 2
+        top_in = n_pairs + (embedding_dim if num_dense > 0 else 0)
+        if top_in == 0:
+            # One sparse feature and no dense ones: nothing to interact, the top MLP would see nothing.
+            raise ValueError(
+                "the model has no input to its top MLP: with num_dense == 0 it needs at least two "
+                f"sparse features (got {n_features})"
+            )
+        return top_in
+
+    def _make_interaction(self, n_features: int, generator: torch.Generator) -> None:
+        """The interaction's own state, built after the bottom MLP and before the top one (so the
+        draws from ``generator`` keep that order). The dot interaction learns nothing: its pair
+        indices are buffers, so they follow the module to its device; not persistent: they derive
+        from the shape."""
+        del generator
+        rows, cols = torch.triu_indices(n_features, n_features, offset=1)
+        self.pair_rows: torch.Tensor
+        self.pair_cols: torch.Tensor
+        self.register_buffer("pair_rows", rows, persistent=False)
+        self.register_buffer("pair_cols", cols, persistent=False)
+
+    def _make_tables(
+        self, num_embeddings: Sequence[int], embedding_dim: int, generator: torch.Generator
+    ) -> list[nn.Module]:
+        """The tables, drawn from ``generator`` in order before the MLPs: the hook through which a
+        row-wise sharded model (training/sharding.py) builds only its own rows from the same draws.
+        Each table is called as ``table(ids, offsets)`` and has its rows in ``.weight``."""
+        return [embedding_table(n, embedding_dim, generator) for n in num_embeddings]
+
+    def embedding_parameters(self) -> list[nn.Parameter]:
+        return [cast(nn.Parameter, bag.weight) for bag in self.embeddings]
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        embedding_ids = {id(p) for p in self.embedding_parameters()}
+        return [p for p in self.parameters() if id(p) not in embedding_ids]
+
+    def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        if sparse.dim() != 2 or sparse.shape[1] != self.num_sparse:
+            raise ValueError(f"sparse must be [n, {self.num_sparse}], got {list(sparse.shape)}")
+        if dense.dim() != 2 or dense.shape[1] != self.num_dense:
+            raise ValueError(f"dense must be [n, {self.num_dense}], got {list(dense.shape)}")
+        if sparse.shape[0] != dense.shape[0]:
+            raise ValueError(f"sparse has {sparse.shape[0]} rows but dense has {dense.shape[0]}")
+        n = sparse.shape[0]
+        features: list[torch.Tensor] = []
+        bottom_out: torch.Tensor | None = None
+        if self.bottom is not None:
+            bottom_out = self.bottom(dense_input(dense, self.dense_transform))
+            features.append(bottom_out)
+        # One ID per bag: EmbeddingBag rather than Embedding for its fused sparse-gradient kernel.
+        # The tables may live on the host while the dense layers are on a GPU (training/gpu.py):
+        # the lookup runs where the tables are, the pooled vectors go to the dense layers' device.
+        # On one device both moves are no-ops.
+        compute = next(self.top.parameters()).device
+        weights = self.embedding_parameters()
+        tables = weights[0].device if weights else compute
+        ids = sparse.to(tables)
+        offsets = torch.arange(n, device=tables, dtype=ids.dtype)
+        features.extend(
+            bag(ids[:, j], offsets).to(compute, non_blocking=True) for j, bag in enumerate(self.embeddings)
+        )
+        logits: torch.Tensor = self.top(self._interact(features, bottom_out))
+        return logits.squeeze(1)
+
+    def _interact(self, features: list[torch.Tensor], bottom_out: torch.Tensor | None) -> torch.Tensor:
+        """The top MLP's input from the pooled features (``[n, d]`` each, the bottom MLP's output
+        first when there are dense features)."""
+        stacked = torch.stack(features, dim=1)  # [n, F, d]
+        dots = torch.bmm(stacked, stacked.transpose(1, 2))  # [n, F, F]
+        interactions = dots[:, self.pair_rows, self.pair_cols]  # [n, F(F-1)/2]
+        return interactions if bottom_out is None else torch.cat([bottom_out, interactions], dim=1)

@@ -131,7 +131,7 @@ def _train(
         feeds={"clicks": MemoryFeed("clicks", mine)},
         trace=trace,
         rank=rank,
-        world_size=world,
+        trainers=world,
         dist_init=init,
     )
     trainer = Trainer(_data(), _training(batch_size, seed), options)

@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 from airflow_provider_primus.cli.progress import Bar, chatty, on_terminal
 from airflow_provider_primus.process import primus_command
-from airflow_provider_primus.training.options import COMMAND, EXIT_REGROUP, TrainerExecutorOptions
+from airflow_provider_primus.training.options import (
+    COMMAND,
+    EXIT_REGROUP,
+    TrainerExecutorOptions,
+    TrainOptions,
+    default_workdir,
+)
 
 
 def register(sub: Any) -> None:
@@ -93,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from airflow_provider_primus.training.runtime import Trainer, TrainOptions, default_workdir
+    from airflow_provider_primus.training.runtime import Trainer
     from airflow_provider_primus.training.summary import print_progress, progress_line
     from airflow_provider_primus.training.trace import TraceWriter
 
@@ -118,26 +125,16 @@ def run(args: argparse.Namespace) -> int:
                 trace_path = None if args.rank else trace_path
             else:
                 trace_path = trace_path.with_name(f"{trace_path.name}.rank{args.rank}")
-        options = TrainOptions(
-            workdir=args.workdir or default_workdir(),
+        executor = TrainerExecutorOptions.from_namespace(args)
+        options = TrainOptions.for_executor(
+            replace(executor, trainers=world, rank=args.rank or 0),
+            args.workdir or default_workdir(),
             mode=args.mode,
-            spec_path=args.spec.resolve(),
-            follow=args.follow,
-            max_steps=args.max_steps,
-            passthrough=tuple(args.passthrough),
             resume=not args.fresh,
             progress=progress,
             progress_every_s=0.5 if bar.enabled else TrainOptions.progress_every_s,
-            rank=args.rank or 0,
-            world_size=world,
             dist_init=args.dist_init,
-            generation=args.generation,
-            host=args.host,
-            dispatcher=args.dispatcher,
             token=_job_token() if args.dispatcher else None,
-            open_graph=args.open_graph,
-            grace_s=args.grace_s,
-            executor_name=args.executor_name,
         )
         trace = TraceWriter(trace_path, args.passthrough) if trace_path else None
         options.trace = trace

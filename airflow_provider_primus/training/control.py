@@ -16,7 +16,7 @@ from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.training.feeds.mixer import StepPlan
 from airflow_provider_primus.training.update import SourceWeights
 
-__all__ = ["LocalStep", "StepControl"]
+__all__ = ["LocalStep", "StepControl", "StepTimers"]
 
 
 @dataclass
@@ -87,3 +87,15 @@ class StepControl:
             publish_due=float(publish_due),
             stop=float(stop),
         )
+
+
+@dataclass
+class StepTimers:
+    """When the run started, and when this trainer last checkpointed, published and reported: rank
+    0's timers decide, in the step's agreement, whether the group checkpoints or publishes."""
+
+    started: float
+    elapsed_before: float  # a resumed run's elapsed time so far
+    checkpoint: float
+    publish: float
+    progress: float

@@ -1,19 +1,30 @@
-"""What a job's trainer executor is told when it is launched: the one definition of the `primus train`
-options a master sets.
+"""What a trainer is told, from the job document to the runtime: the one definition of the `primus
+train` options a master sets, and the runtime's options that carry them.
 
-The master builds the trainer's command line from this record and `primus train` declares the same
-options from it, in this module, so a flag cannot be renamed or retyped on one side only (a
-round-trip test holds them together). `primus train` adds options of its own for standalone use
-(--mode, --fresh, --trainers); the job token comes from the environment, never the command line.
+The master builds the trainer's command line from :class:`TrainerExecutorOptions` and `primus train`
+declares the same options from it, in this module, so a flag cannot be renamed or retyped on one side
+only (a round-trip test holds them together). `primus train` parses them back into the same record and
+:meth:`TrainOptions.for_executor` hands each field to the runtime under the same name; what only a
+process in this interpreter can give (callbacks, ready-made feeds) is added there. `primus train` adds
+options of its own for standalone use (--mode, --fresh, --trainers); the job token comes from the
+environment, never the command line.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["COMMAND", "EXIT_REGROUP", "TrainerExecutorOptions"]
+if TYPE_CHECKING:  # the runtime's types; this module stays importable without torch (the master's)
+    from airflow_provider_primus.data.tensors import TensorBatch
+    from airflow_provider_primus.training.feeds.feed import Feed
+    from airflow_provider_primus.training.runtime import Trainer
+
+__all__ = ["COMMAND", "EXIT_REGROUP", "TrainOptions", "TrainerExecutorOptions", "default_workdir"]
 
 COMMAND = "train"
 # A job's trainer that stopped at a checkpoint because its master regroups the trainers (another
@@ -126,3 +137,62 @@ class TrainerExecutorOptions:
             generation=args.generation,
             host=args.host,
         )
+
+
+@dataclass
+class TrainOptions:
+    workdir: Path
+    mode: str | None = None  # overrides the training spec's
+    spec_path: Path | None = None  # the data document on disk (executors read it); written if absent
+    follow: bool = False  # keep following the stream instead of stopping at its end offsets
+    max_steps: int | None = None
+    passthrough: Sequence[str] = ()
+    trace: Callable[[int, list[tuple[str, TensorBatch]]], None] | None = None
+    progress: Callable[[dict[str, Any]], None] | None = None
+    progress_every_s: float = 2.0
+    resume: bool = True
+    until: Callable[[Trainer], bool] | None = None  # checked before each step: stop when true
+    feeds: Mapping[str, Feed] | None = None  # ready-made feeds instead of the sources (benchmarks)
+    rank: int = 0  # data parallelism: this trainer's rank among ``trainers`` (see distributed.py)
+    trainers: int = 1
+    dist_init: str | None = None  # tcp://127.0.0.1:PORT, the rendezvous when trainers > 1
+    # A job's trainers meet through their master instead: the group's generation, and the address
+    # the leader's rendezvous store listens on (loopback locally, the pod's IP in a cluster).
+    generation: int = 0
+    host: str = "127.0.0.1"
+    # As a job's trainer executor: the master's data service instead of one of our own, telemetry
+    # and commands through it, and the allotment the backend gives us.
+    dispatcher: str | None = None
+    token: str | None = None
+    open_graph: bool = False  # the job's master may still append windows
+    grace_s: float = 0.0  # how long to wait for a restarting master
+    executor_name: str = "trainer-0"
+    # The trainer's job events (the stream's, the clock's) also go here: a caller without a master.
+    on_event: Callable[[str, str, dict[str, Any]], None] | None = None
+
+    @classmethod
+    def for_executor(cls, executor: TrainerExecutorOptions, workdir: Path, **runtime: Any) -> TrainOptions:
+        """The runtime's options for a trainer launched with ``executor``: every field the two
+        records share passes under its own name; ``runtime`` adds what a command line cannot carry
+        (callbacks, the job token) and what `primus train` decides for itself (mode, resume)."""
+        return cls(
+            workdir=workdir,
+            spec_path=executor.spec.resolve(),
+            follow=executor.follow,
+            max_steps=executor.max_steps,
+            passthrough=executor.passthrough,
+            rank=executor.rank,
+            trainers=executor.trainers,
+            generation=executor.generation,
+            host=executor.host,
+            dispatcher=executor.dispatcher,
+            open_graph=executor.open_graph,
+            grace_s=executor.grace_s,
+            executor_name=executor.executor_name,
+            **runtime,
+        )
+
+
+def default_workdir() -> Path:
+    """A trainer run without --workdir: a fresh temporary directory (its checkpoints are its own)."""
+    return Path(tempfile.mkdtemp(prefix="primus-train-"))

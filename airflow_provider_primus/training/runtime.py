@@ -18,10 +18,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,21 +34,20 @@ from airflow_provider_primus.contracts.training import (
     feature_columns,
     kafka_sources,
     stream_source,
-    table_sizes,
 )
-from airflow_provider_primus.data.service.auth import advertised_host, bind_host
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.errors import one_line
 from airflow_provider_primus.process import ERROR_LIMIT
 from airflow_provider_primus.resources.allotment import AllotmentWatcher
+from airflow_provider_primus.training.assembly import assemble_model
 from airflow_provider_primus.training.checkpoints.objects import checkpoint_store_for, publisher_for
 from airflow_provider_primus.training.checkpoints.regroup import cut_progress, regroup
 from airflow_provider_primus.training.checkpoints.savepoints import Savepoints
-from airflow_provider_primus.training.checkpoints.served import MODEL_RECORD, model_record
+from airflow_provider_primus.training.checkpoints.served import MODEL_RECORD
 from airflow_provider_primus.training.checkpoints.shards import load_model_state, model_state, prune_shards
 from airflow_provider_primus.training.clock import ClockSwitch, TrainingClock
-from airflow_provider_primus.training.control import LocalStep, StepControl
+from airflow_provider_primus.training.control import LocalStep, StepControl, StepTimers
 from airflow_provider_primus.training.distributed import Group
 from airflow_provider_primus.training.feeds.feed import Feed, StreamFeed
 from airflow_provider_primus.training.feeds.guard import freshness_guard, update_gate
@@ -60,15 +57,14 @@ from airflow_provider_primus.training.feeds.replay import is_replay
 from airflow_provider_primus.training.feeds.setup import open_feeds, open_replay, participants
 from airflow_provider_primus.training.gpu import (
     BatchStager,
-    place_model,
-    placement_for,
     process_group_backend,
     trainer_device,
 )
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
-from airflow_provider_primus.training.optim import Optimizers
+from airflow_provider_primus.training.options import TrainOptions
+from airflow_provider_primus.training.rendezvous import meet_through_master
 from airflow_provider_primus.training.reporter import JobReporter
-from airflow_provider_primus.training.sharding import build_model, full_state_dict, sharding_plan
+from airflow_provider_primus.training.sharding import full_state_dict
 from airflow_provider_primus.training.stream.event_policy import sane_watermark, watermark_allowance_s
 from airflow_provider_primus.training.summary import (
     TrainMetrics,
@@ -81,50 +77,7 @@ from airflow_provider_primus.training.update import SourceWeights, Updater
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrainOptions", "Trainer"]
-
-
-@dataclass
-class TrainOptions:
-    workdir: Path
-    mode: str | None = None  # overrides the training spec's
-    spec_path: Path | None = None  # the data document on disk (executors read it); written if absent
-    follow: bool = False  # keep following the stream instead of stopping at its end offsets
-    max_steps: int | None = None
-    passthrough: Sequence[str] = ()
-    trace: Callable[[int, list[tuple[str, TensorBatch]]], None] | None = None
-    progress: Callable[[dict[str, Any]], None] | None = None
-    progress_every_s: float = 2.0
-    resume: bool = True
-    until: Callable[[Trainer], bool] | None = None  # checked before each step: stop when true
-    feeds: Mapping[str, Feed] | None = None  # ready-made feeds instead of the sources (benchmarks)
-    rank: int = 0  # data parallelism: this trainer's rank among world_size (see distributed.py)
-    world_size: int = 1
-    dist_init: str | None = None  # tcp://127.0.0.1:PORT, the rendezvous when world_size > 1
-    # A job's trainers meet through their master instead: the group's generation, and the address
-    # the leader's rendezvous store listens on (loopback locally, the pod's IP in a cluster).
-    generation: int = 0
-    host: str = "127.0.0.1"
-    # As a job's trainer executor: the master's data service instead of one of our own, telemetry
-    # and commands through it, and the allotment the backend gives us.
-    dispatcher: str | None = None
-    token: str | None = None
-    open_graph: bool = False  # the job's master may still append windows
-    grace_s: float = 0.0  # how long to wait for a restarting master
-    executor_name: str = "trainer-0"
-    # The trainer's job events (the stream's, the clock's) also go here: a caller without a master.
-    on_event: Callable[[str, str, dict[str, Any]], None] | None = None
-
-
-@dataclass
-class _Timers:
-    """When the run started, and when this trainer last checkpointed, published and reported."""
-
-    started: float
-    elapsed_before: float  # a resumed run's elapsed time so far
-    checkpoint: float
-    publish: float
-    progress: float
+__all__ = ["TrainOptions", "Trainer"]  # TrainOptions: defined beside the executor options
 
 
 class Trainer:
@@ -137,10 +90,9 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)  # NCCL and the copy stream use the current device
         self.sparse_cols, self.dense_cols = feature_columns(data)
-        sizes = table_sizes(training, data)
         torch.manual_seed(spec.seed)
         cores = max(1, (os.cpu_count() or 1) - spec.data_executors)
-        torch.set_num_threads(spec.threads or max(1, cores // options.world_size))
+        torch.set_num_threads(spec.threads or max(1, cores // options.trainers))
         self.reporter: JobReporter | None = None
         self.allotment = AllotmentWatcher()
         granted = self.allotment.current()
@@ -149,50 +101,26 @@ class Trainer:
         if options.dispatcher is not None:
             client = DispatcherClient(options.dispatcher, options.token or "", grace_s=options.grace_s)
             self.reporter = JobReporter(client, options.executor_name).start()
-        if self.reporter is not None and options.world_size > 1 and options.dist_init is None:
-            self.group = self._meet(self.reporter.client)
+        if self.reporter is not None and options.trainers > 1 and options.dist_init is None:
+            self.group = meet_through_master(self.reporter.client, options, self.device.type)
         else:
             self.group = Group(
                 options.rank,
-                options.world_size,
+                options.trainers,
                 options.dist_init,
                 backend=process_group_backend(self.device.type),
             )
-        # Sparse Adagrad builds COO gradients torch cannot cheaply validate; we opt out explicitly
-        # (the default) rather than let every step warn about it.
-        torch.sparse.check_sparse_tensor_invariants.disable()  # type: ignore[no-untyped-call]
-        # Each table replicated or row-wise per the spec's model.sharding (training/sharding.py).
-        model_args: dict[str, Any] = {
-            "num_embeddings": [sizes[c] for c in self.sparse_cols],
-            "num_dense": len(self.dense_cols),
-            "embedding_dim": spec.model.embedding_dim,
-            "bottom_mlp": spec.model.bottom_mlp if self.dense_cols else [],
-            "top_mlp": spec.model.top_mlp,
-            "seed": spec.seed,
-            "dense_transform": spec.model.dense_transform,
-        }
-        # Published with every snapshot, so a serving host builds the model that was trained.
-        self.model_record = model_record(model_args, self.sparse_cols, self.dense_cols)
-        self.model = build_model(
-            sharding_plan(spec.model.sharding, self.sparse_cols),
-            self.group.rank,
-            self.group.world,
-            **model_args,
+        built = assemble_model(
+            training,
+            data,
+            columns=(self.sparse_cols, self.dense_cols),
+            rank=self.group.rank,
+            world=self.group.world,
+            device=self.device,
         )
-        # Dense layers on the GPU, the tables too when they fit (training/gpu.py).
-        self.placement = placement_for(
-            self.model, self.device, spec.optimizer.sparse.type, spec.optimizer.dense.type
-        )
-        log.info("model placement: %s", self.placement.reason)
+        self.model, self.model_record, self.optim = built.model, built.record, built.optim
+        self.placement = built.placement
         self.device = self.placement.dense
-        place_model(self.model, self.placement)
-        self.optim = Optimizers(
-            self.model,
-            sparse=spec.optimizer.sparse.type,
-            sparse_lr=spec.optimizer.sparse.lr,
-            dense=spec.optimizer.dense.type,
-            dense_lr=spec.optimizer.dense.lr,
-        )
         self.workdir = options.workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         # A local directory, or s3://… (manifest-committed objects: training/checkpoints/objects.py).
@@ -236,33 +164,6 @@ class Trainer:
 
     def _clock_ms(self) -> int:
         return self.clock.now_ms(self.metrics.watermark_ms)
-
-    def _meet(self, client: DispatcherClient) -> Group:
-        """Form the job's trainer group through the master's data service (see ``Group.meet``)."""
-        gen = self.options.generation
-
-        def lookup() -> str | None:
-            answer = client.rendezvous(gen)
-            newest = answer.get("newest")
-            if newest is not None and int(newest) > gen:
-                raise RuntimeError(f"trainer group {gen} was superseded by group {newest}")
-            address: str | None = answer.get("address")
-            return address
-
-        def publish(address: str) -> None:
-            client.rendezvous(gen, address)
-
-        return Group.meet(
-            self.options.rank,
-            self.options.world_size,
-            # In a pod the loopback default means the pod's IP; a wildcard binds everywhere and
-            # publishes the pod's IP: the address the group's other pods dial.
-            host=bind_host(self.options.host),
-            advertise=advertised_host(bind_host(self.options.host)),
-            publish=publish,
-            lookup=lookup,
-            backend=process_group_backend(self.device.type),
-        )
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -388,7 +289,7 @@ class Trainer:
             if self.reporter is not None and stream is not None:
                 self.reporter.live_metrics["stream"] = stream.source.health
             now = time.monotonic()
-            timers = _Timers(started, elapsed_before, checkpoint=now, publish=now, progress=now)
+            timers = StepTimers(started, elapsed_before, checkpoint=now, publish=now, progress=now)
             while self._may_step():
                 step = self._next_step_plan(policy)
                 agreed = self._agree(step, timers)
@@ -486,7 +387,7 @@ class Trainer:
                 parts = [(n, b) for n, r in mix.rows.items() for b in self.feeds[n].take(r)]
         return LocalStep(active, parts, mix, guard, lag, age, now=time.monotonic())
 
-    def _agree(self, step: LocalStep, timers: _Timers) -> StepControl:
+    def _agree(self, step: LocalStep, timers: StepTimers) -> StepControl:
         """One agreement per step between trainers (the identity with one): who is still active,
         rows, the loss and learning-rate weights, and rank 0's timers."""
         ck, pub = self.training.spec.checkpoint, self.training.spec.publish
@@ -565,7 +466,9 @@ class Trainer:
                 window_steps=self.training.spec.mixing.window_steps,
             )
 
-    def _after_step(self, step: LocalStep, agreed: StepControl, policy: MixPolicy, timers: _Timers) -> None:
+    def _after_step(
+        self, step: LocalStep, agreed: StepControl, policy: MixPolicy, timers: StepTimers
+    ) -> None:
         """What the agreed timers call for: a checkpoint, a published snapshot, a progress report."""
         now = step.now
         self.metrics.elapsed_s = timers.elapsed_before + (now - timers.started)
@@ -686,7 +589,3 @@ class Trainer:
             except Exception:  # close everything even if one fails
                 log.exception("closing feed %s", feed.name)
         self.group.close(drain=not self._failed)
-
-
-def default_workdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="primus-train-"))

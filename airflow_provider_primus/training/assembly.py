@@ -1,0 +1,78 @@
+"""The trainer's model, where it lives and its optimizers, built from the contracts.
+
+One place answers "which model does this job train, on which device, updated how": the runtime asks
+for an :class:`AssembledModel` and never looks at the model's arguments itself, so a new model kind
+or a new placement rule changes this module, not the training loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from airflow_provider_primus.contracts.data import PrimusData
+from airflow_provider_primus.contracts.training import PrimusTraining, table_sizes
+from airflow_provider_primus.training.checkpoints.served import model_record
+from airflow_provider_primus.training.dlrm import DLRM
+from airflow_provider_primus.training.gpu import Placement, place_model, placement_for
+from airflow_provider_primus.training.optim import Optimizers
+from airflow_provider_primus.training.sharding import build_model, sharding_plan
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AssembledModel", "assemble_model"]
+
+
+@dataclass
+class AssembledModel:
+    model: DLRM
+    record: dict[str, Any]  # published with every snapshot: a serving host builds the same model
+    placement: Placement
+    optim: Optimizers
+
+
+def assemble_model(
+    training: PrimusTraining,
+    data: PrimusData,
+    *,
+    columns: tuple[Sequence[str], Sequence[str]],
+    rank: int,
+    world: int,
+    device: torch.device,
+) -> AssembledModel:
+    """The model for this trainer of ``world`` (its shards when tables are row-wise), placed on
+    ``device`` or beside it, with its sparse and dense optimizers. ``columns``: the sparse and dense
+    feature columns, in the order of the model's inputs."""
+    spec = training.spec
+    sparse_cols, dense_cols = columns
+    sizes = table_sizes(training, data)
+    # Sparse Adagrad builds COO gradients torch cannot cheaply validate; we opt out explicitly
+    # (the default) rather than let every step warn about it.
+    torch.sparse.check_sparse_tensor_invariants.disable()  # type: ignore[no-untyped-call]
+    model_args: dict[str, Any] = {
+        "num_embeddings": [sizes[c] for c in sparse_cols],
+        "num_dense": len(dense_cols),
+        "embedding_dim": spec.model.embedding_dim,
+        "bottom_mlp": spec.model.bottom_mlp if dense_cols else [],
+        "top_mlp": spec.model.top_mlp,
+        "seed": spec.seed,
+        "dense_transform": spec.model.dense_transform,
+    }
+    # Each table replicated or row-wise per the spec's model.sharding (training/sharding.py).
+    model = build_model(sharding_plan(spec.model.sharding, sparse_cols), rank, world, **model_args)
+    # Dense layers on the GPU, the tables too when they fit (training/gpu.py).
+    placement = placement_for(model, device, spec.optimizer.sparse.type, spec.optimizer.dense.type)
+    log.info("model placement: %s", placement.reason)
+    place_model(model, placement)
+    optim = Optimizers(
+        model,
+        sparse=spec.optimizer.sparse.type,
+        sparse_lr=spec.optimizer.sparse.lr,
+        dense=spec.optimizer.dense.type,
+        dense_lr=spec.optimizer.dense.lr,
+    )
+    return AssembledModel(model, model_record(model_args, sparse_cols, dense_cols), placement, optim)

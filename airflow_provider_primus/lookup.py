@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["as_map", "dig", "num"]
+__all__ = ["as_map", "num"]
 
 
 def num(value: Any) -> float | None:
@@ -15,15 +15,6 @@ def num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
-
-
-def dig(obj: Any, *keys: str) -> Any:
-    """``obj[k1][k2]…``, or None where a level is missing or not a mapping."""
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def as_map(value: Any) -> Mapping[str, Any]:

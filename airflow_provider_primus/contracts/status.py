@@ -7,17 +7,22 @@ executor's status or what a scaling event carries is written once, here. The CRD
 is generated from ``JobStatus`` (contracts/crd.py).
 
 Readers accept what they do not know (``extra="ignore"``): a status written by a newer master, or
-one a master has not finished writing, still reads. Free-form parts are the trainer's own figures
-(``progress.trainer_report``), which are the trainer's business and grow with it.
+one a master has not finished writing, still reads. Readers that show what they can (the pages)
+``salvage`` a status that partly fails the model: the rest still reads, and they can say what not.
+Free-form parts are the trainer's own figures (``progress.trainer_report``), which are the trainer's
+business and grow with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Literal
+from types import NoneType, UnionType
+from typing import Any, Literal, Self, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 __all__ = [
     "TERMINAL",
@@ -27,6 +32,7 @@ __all__ = [
     "ExecutorStatus",
     "JobStatus",
     "Phase",
+    "TrainerMetrics",
     "payload_model",
 ]
 
@@ -143,6 +149,39 @@ class SourceProgress(_Status):
     acked_rows: int = 0
 
 
+class AucFigures(_Status):
+    """Progressive validation on the stream: each row scored before the model could learn from it;
+    ``window_auc`` over the most recent rows, where a model that stopped learning falls behind."""
+
+    auc: float | None = None
+    window_auc: float | None = None
+
+
+class Freshness(_Status):
+    """Seconds from an event's time to the step that trained on it."""
+
+    p50: float | None = None
+    p99: float | None = None
+
+
+class TrainerMetrics(_Status):
+    """The figures of the trainer's summary (``progress.trainer_metrics``) that the pages and the
+    charts' history show. The summary itself stays free-form, the trainer's business, so this is a
+    view read from it: a figure it lacks, or one of another type, reads as None and the rest still
+    shows (``salvage``)."""
+
+    mode: str | None = None  # mixed, batch, stream
+    samples_per_s: float | None = None
+    progressive: AucFigures = Field(default_factory=AucFigures)
+    freshness_s: Freshness = Field(default_factory=Freshness)
+    watermark: str | None = None  # ISO 8601: the newest event time trained
+
+    @classmethod
+    def salvage(cls, raw: Any) -> tuple[Self, tuple[str, ...]]:
+        """What of ``raw`` fits, and the dotted paths of the parts dropped (see ``JobStatus.salvage``)."""
+        return _salvage(cls, raw)
+
+
 class Progress(_Status):
     tasks: int = 0
     tasks_done: int = 0
@@ -158,6 +197,11 @@ class Progress(_Status):
     trainer_rows: int | None = None
     trainer_metrics: dict[str, Any] | None = None  # the trainer's brief summary (AUC, freshness...)
     trainer_report: dict[str, Any] = Field(default_factory=dict)  # its last report, as it sent it
+
+    def metrics(self) -> TrainerMetrics:
+        """The figures of the trainer's summary the pages show; one the trainer sent in another
+        shape is left out, not an error, since the summary is the trainer's own."""
+        return TrainerMetrics.salvage(self.trainer_metrics)[0]
 
 
 class WindowStatus(_Status):
@@ -437,9 +481,137 @@ class JobStatus(_Status):
         """A stored status as the model; an empty or missing one is a Pending job's."""
         return cls.model_validate(dict(raw or {}))
 
+    @classmethod
+    def salvage(cls, raw: Mapping[str, Any] | None) -> tuple[JobStatus, tuple[str, ...]]:
+        """A stored status as the model, less the parts that do not fit it, and their dotted paths
+        (``executors.data-0.telemetry``).
+
+        For readers that show what they can (the pages): one executor's malformed telemetry, a
+        window from a newer master, must not blank the whole page. The smallest part that fails goes,
+        and nothing it leaves is made up: a field whose default means unknown (None, nothing listed)
+        goes alone; a required one, or one whose default would claim something (a window's state),
+        takes its record with it (an executor without a handle goes whole); a record in a list goes
+        alone, a value in a list of values takes the list. The status's own fields, with no record
+        above them, fall back to their defaults (a phase this version does not know reads Pending).
+        The paths name parts, never their values (a status may hold what a log should not)."""
+        return _salvage(cls, raw)
+
+    def given(self, name: str) -> bool:
+        """Whether the stored status had this part: a status a master has not written yet has no
+        figures, which a page shows as unknown rather than as the model's zeros."""
+        return name in self.model_fields_set
+
     def to_json(self) -> dict[str, Any]:
         """The stored form (JSON types; enums as their values)."""
         return self.model_dump(mode="json")
+
+
+class _Gone:
+    """Marks a part of a document being salvaged as dropped, until the sweep removes it."""
+
+
+_GONE = _Gone()
+_SALVAGE_PASSES = 64  # each pass drops at least one part; a document this broken is dropped whole
+WHOLE = "(the whole document)"
+_M = TypeVar("_M", bound=_Status)
+
+
+def _salvage(model: type[_M], raw: Any) -> tuple[_M, tuple[str, ...]]:
+    if raw is None:
+        return model(), ()
+    if not isinstance(raw, Mapping):
+        return model(), (WHOLE,)
+    doc: Any = copy.deepcopy(dict(raw))
+    dropped: list[str] = []
+    for _ in range(_SALVAGE_PASSES):
+        try:
+            return model.model_validate(doc), tuple(dropped)
+        except ValidationError as exc:
+            # include_input=False: what failed is named by its path, its value is not copied out.
+            parts = {
+                _record_or_field(model, _failing_part(doc, err["loc"]))
+                for err in exc.errors(include_input=False, include_url=False)
+            }
+        if () in parts:
+            break
+        for path in sorted(parts, key=len):  # outer parts first: an inner one inside goes with it
+            if _mark(doc, path):
+                dropped.append(".".join(str(k) for k in path))
+        doc = _sweep(doc)
+    return model(), (WHOLE,)
+
+
+def _failing_part(doc: Any, loc: Sequence[int | str]) -> tuple[int | str, ...]:
+    """The part of ``doc`` to drop for an error at ``loc``: the deepest part the path reaches (for a
+    missing field, the object lacking it; for a union's member name, the value itself)."""
+    node: Any = doc
+    path: list[int | str] = []
+    parents: list[dict[str, Any] | list[Any]] = []
+    for key in loc:
+        in_dict = isinstance(node, dict) and isinstance(key, str) and key in node
+        in_list = isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node)
+        if not (in_dict or in_list):
+            break
+        parents.append(node)
+        node = node[key]
+        path.append(key)
+    if parents and isinstance(parents[-1], list) and not any(isinstance(v, dict) for v in parents[-1]):
+        path.pop()  # a value in a list of values (a row span, a list of files): the list is the value
+    return tuple(path)
+
+
+def _record_or_field(model: type[BaseModel], path: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """A field whose default means unknown (None, nothing listed) goes alone; one whose default
+    would claim something (a window ``appended``, no restarts) takes its record with it, so that a
+    value this version cannot read is not shown as one it made up. The status's own fields fall
+    back to their defaults: there is no record above them but the whole document."""
+    field = _field_at(model, path)
+    if field is None or len(path) < 2:
+        return path
+    default = field.get_default(call_default_factory=True)
+    unknown = default is None or (
+        isinstance(default, list | dict) and not any(v is not None for v in default)
+    )
+    return path if unknown else path[:-1]
+
+
+def _field_at(model: type[BaseModel], path: tuple[int | str, ...]) -> FieldInfo | None:
+    """The model field a document path ends at; None where it ends at an entry of a list or a map."""
+    kind: Any = model
+    field: FieldInfo | None = None
+    for key in path:
+        field = None
+        args = [a for a in get_args(kind) if a is not NoneType]
+        if get_origin(kind) in (Union, UnionType) and len(args) == 1:
+            kind = args[0]  # an optional part: the part's own type
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            field = kind.model_fields.get(str(key))
+            if field is None:
+                return None
+            kind = field.annotation
+        elif get_origin(kind) in (dict, list):
+            kind = get_args(kind)[-1]
+        else:
+            return None
+    return field
+
+
+def _mark(doc: Any, path: tuple[int | str, ...]) -> bool:
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+        if node is _GONE:
+            return False
+    node[path[-1]] = _GONE
+    return True
+
+
+def _sweep(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _sweep(v) for k, v in node.items() if v is not _GONE}
+    if isinstance(node, list):
+        return [_sweep(v) for v in node if v is not _GONE]
+    return node
 
 
 # --- the job's runtime intent (``desired``) ----------------------------------------------------------

@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_provider_primus.lookup import as_map, dig, num
+from airflow_provider_primus.contracts.status import ExecutorState, JobStatus
+from airflow_provider_primus.lookup import as_map, num
 
 __all__ = ["EVERY_S_ENV", "Point", "StatusHistory", "default_every_s", "point_from_dict", "point_from_status"]
 
@@ -62,33 +63,41 @@ class Point:
         return {k: v for k, v in asdict(self).items() if v is not None and v != {}}
 
 
-def point_from_status(status: Mapping[str, Any], t: float | None = None) -> Point | None:
-    """The point of a status (at ``t``, default its ``updated``); None without a time."""
-    t = num(status.get("updated")) if t is None else t
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def point_from_status(status: JobStatus, t: float | None = None) -> Point | None:
+    """The point of a status (at ``t``, default its ``updated``); None without a time.
+
+    A status no master has written figures into yet has no acked rows, rather than the model's 0: a
+    chart starts where the job's figures do."""
+    t = status.updated if t is None else t
     if t is None:
         return None
-    progress = as_map(status.get("progress"))
-    metrics = dig(progress, "trainer_metrics") or {}
+    progress = status.progress
+    metrics = progress.metrics()
     executors: dict[str, dict[str, float]] = {}
-    for name, ex in sorted(as_map(status.get("executors")).items()):
-        telemetry = dig(ex, "telemetry")
-        if not isinstance(telemetry, Mapping) or dig(ex, "state") != "running":
+    for name, ex in sorted(status.executors.items()):
+        usage = ex.telemetry
+        if usage is None or ex.state != ExecutorState.RUNNING:
             continue
-        numbers = {
-            k: v for k in ("cpu_util", "mem_util", "rows_per_s") if (v := num(telemetry.get(k))) is not None
-        }
-        if numbers and len(executors) < MAX_EXECUTORS:
-            executors[str(name)] = numbers
+        if len(executors) < MAX_EXECUTORS:
+            executors[name] = {
+                "cpu_util": usage.cpu_util,
+                "mem_util": usage.mem_util,
+                "rows_per_s": usage.rows_per_s,
+            }
     return Point(
         t=t,
-        acked_rows=num(dig(progress, "acked_rows")),
-        trainer_rows=num(dig(progress, "trainer_rows")),
-        trainer_step=num(dig(progress, "trainer_step")),
-        samples_per_s=num(dig(metrics, "samples_per_s")),
-        auc=num(dig(metrics, "progressive", "auc")),
-        window_auc=num(dig(metrics, "progressive", "window_auc")),
-        freshness_p50=num(dig(metrics, "freshness_s", "p50")),
-        freshness_p99=num(dig(metrics, "freshness_s", "p99")),
+        acked_rows=float(progress.acked_rows) if status.given("progress") else None,
+        trainer_rows=_float(progress.trainer_rows),
+        trainer_step=_float(progress.trainer_step),
+        samples_per_s=_float(metrics.samples_per_s),
+        auc=_float(metrics.progressive.auc),
+        window_auc=_float(metrics.progressive.window_auc),
+        freshness_p50=_float(metrics.freshness_s.p50),
+        freshness_p99=_float(metrics.freshness_s.p99),
         executors=executors,
     )
 
@@ -125,7 +134,7 @@ class StatusHistory:
         while len(self._archive) > archive:
             self._thin()
 
-    def add(self, status: Mapping[str, Any], now: float, *, force: bool = False) -> bool:
+    def add(self, status: JobStatus, now: float, *, force: bool = False) -> bool:
         """Take a point of ``status`` at ``now`` if ``every_s`` has passed since the last one, or
         ``force`` (a job's final status: its end is in the history, not only in what a reader saw)."""
         last = self._recent[-1].t if self._recent else None

@@ -82,7 +82,7 @@ class StatusPublisher:
         if self._history is None:
             saved = self.store.get(self.job).status.get("history") or []
             self._history = StatusHistory(saved, every_s=self._history_every_s)
-        self._history.add(status, status["updated"], force=status.get("phase") in TERMINAL)
+        self._history.add(model, status["updated"], force=model.phase in TERMINAL)
         status["history"] = self._history.to_list()
         modify(self.store, self.job, lambda _r: status, part="status")
         self._last = (fingerprint, now)

@@ -38,7 +38,7 @@ from airflow_provider_primus.master.store_health import read_note, stale_reason
 from airflow_provider_primus.plugins import html, views
 from airflow_provider_primus.plugins.auth import airflow_access_dependency, login_url
 from airflow_provider_primus.plugins.history import History, Sampler
-from airflow_provider_primus.plugins.status import BASELINE_LABEL, as_map, dig
+from airflow_provider_primus.plugins.status import BASELINE_LABEL, as_map, read_status
 
 DEFAULT_SAMPLE_S = 5.0
 
@@ -99,7 +99,7 @@ def job_summary(record: JobRecord) -> dict[str, Any]:
         "phase": status.get("phase", "Pending"),
         "message": status.get("message", ""),
         "labels": record.labels,
-        "executors_running": sum(1 for ex in executors.values() if dig(ex, "state") == "running"),
+        "executors_running": sum(1 for ex in executors.values() if as_map(ex).get("state") == "running"),
         "acked_rows": progress.get("acked_rows"),
         "trainer_step": progress.get("trainer_step"),
         "created": record.created,
@@ -163,7 +163,8 @@ def create_app(
     @app.get("/jobs/{name}", dependencies=auth, response_class=HTMLResponse)
     def job(request: Request, name: str) -> HTMLResponse:
         store, record = record_or_404(name)
-        points = history.observe(record)
+        status = read_status(record)  # once: the history and the page draw the same
+        points = history.observe(record, status)
         events = history.events(store, record)
         baselines = [(b, history.observe(b)) for b in store.find({BASELINE_LABEL: record.name})]
         now = time.time()
@@ -176,6 +177,7 @@ def create_app(
             sample_s=sample_s,
             baselines=baselines,
             stale=stale_reason(record.status, read_note(store, name), now),
+            status=status,
         )
         return HTMLResponse(html)
 

@@ -19,9 +19,10 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from airflow_provider_primus.contracts.status import TERMINAL
+from airflow_provider_primus.contracts.status import TERMINAL, JobStatus
 from airflow_provider_primus.master.history import Point, point_from_dict, point_from_status
 from airflow_provider_primus.master.store import Event, JobRecord, JobStore
+from airflow_provider_primus.plugins.status import read_status
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +73,13 @@ class History:
         with self._lock:
             return list(self._jobs)
 
-    def observe(self, record: JobRecord) -> list[Point]:
+    def observe(self, record: JobRecord, status: JobStatus | None = None) -> list[Point]:
         """Add the record's status (once per ``updated``) and return the job's series: the master's
-        durable history, then what this process saw after its last point."""
-        point = point_from_status(record.status)
-        stored = record.status.get("history")
-        durable = [p for p in map(point_from_dict, stored if isinstance(stored, list) else []) if p]
+        durable history, then what this process saw after its last point. ``status``: the record's,
+        when the caller has read it already (a page, which draws it too)."""
+        status = read_status(record) if status is None else status
+        point = point_from_status(status)
+        durable = [p for p in map(point_from_dict, status.history) if p]
         with self._lock:
             job = self._job(record)
             if point is not None and (not job.points or point.t > job.points[-1].t):

@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from airflow_provider_primus.contracts.status import JobStatus, Phase
 from airflow_provider_primus.plugins.status import num
 
 REFRESH_S = 5
@@ -115,12 +116,10 @@ def fmt_age(value: Any, now: float) -> str:
     return f"{s / 86400:.0f} days ago"
 
 
-def phase_badge(status: Mapping[str, Any]) -> str:
-    phase = str(status.get("phase") or "Pending")
-    if status.get("suspended") and phase == "Running":
-        phase = "Suspended"
+def phase_badge(status: JobStatus) -> str:
+    phase = "Suspended" if status.suspended and status.phase is Phase.RUNNING else status.phase.value
     css = re.sub(r"[^A-Za-z]", "", phase)
-    return f'<span class="badge phase-{css}" title="{e(status.get("message"))}">{e(phase)}</span>'
+    return f'<span class="badge phase-{css}" title="{e(status.message)}">{e(phase)}</span>'
 
 
 def labels_html(labels: Mapping[str, Any]) -> str:

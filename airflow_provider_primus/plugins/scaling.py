@@ -6,16 +6,21 @@ Launches, resizes (manual and the autoscaler's) and ends are read from the event
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from airflow_provider_primus.contracts.status import EventType, LaunchPayload, ResizePayload, ScalePayload
+from airflow_provider_primus.contracts.status import (
+    EventType,
+    ExecutorState,
+    JobStatus,
+    LaunchPayload,
+    ResizePayload,
+    ScalePayload,
+)
 from airflow_provider_primus.master.store import Event
 from airflow_provider_primus.plugins.charts import Mark, Series, fmt_number, line_chart, timeline
 from airflow_provider_primus.plugins.history import SCALING_EVENTS
 from airflow_provider_primus.plugins.html import e, fmt_time
-from airflow_provider_primus.plugins.status import as_map, dig, num
 
 _EVENT_COLORS = {
     "ScaleDecision": "#9467bd",
@@ -41,7 +46,7 @@ class Allotments:
     running: list[Series]  # executors per role
 
 
-def allotment_series(events: Sequence[Event], status: Mapping[str, Any]) -> Allotments:
+def allotment_series(events: Sequence[Event], status: JobStatus) -> Allotments:
     """Replay launches, resizes (manual and the autoscaler's) and ends, then close every series
     with the current status (an executor that ended without an event, e.g. a data executor that
     finished the pass, drops there)."""
@@ -94,15 +99,14 @@ def allotment_series(events: Sequence[Event], status: Mapping[str, Any]) -> Allo
             del live[name]
             record(ev.t, name, 0.0, 0.0)
             count(ev.t, role_of(name))
-    updated = num(status.get("updated"))
+    updated = status.updated
     if updated is not None:
         now = max([updated, *(ev.t for ev in events)])
         running: dict[str, tuple[float, float]] = {}
-        for name, ex in as_map(status.get("executors")).items():
-            if dig(ex, "state") == "running":
-                allotment = dig(ex, "handle", "allotment")
-                cores, mem = num(dig(allotment, "cpu")) or 0.0, num(dig(allotment, "memory")) or 0.0
-                running[str(name)] = (cores, mem / 2**30)
+        for name, ex in status.executors.items():
+            if ex.state == ExecutorState.RUNNING:
+                allotment = ex.handle.allotment
+                running[name] = (allotment.cpu, allotment.memory / 2**30)
         for name in set(cpu) | set(running):
             record(now, name, *running.get(name, (0.0, 0.0)))
         live = running
@@ -127,7 +131,7 @@ def _event_detail(ev: Event) -> str:
     return "; ".join(p for p in [head, " ".join(parts)] if p)
 
 
-def scaling_section(events: Sequence[Event], status: Mapping[str, Any], now: float) -> str:
+def scaling_section(events: Sequence[Event], status: JobStatus, now: float) -> str:
     shown = [ev for ev in events if ev.type in SCALING_EVENTS]
     t_end = max(now, *(ev.t for ev in shown)) if shown else now
     t_range = (shown[0].t, t_end) if shown else None
@@ -142,7 +146,7 @@ def scaling_section(events: Sequence[Event], status: Mapping[str, Any], now: flo
         for ev in shown
     ]
     allotted = allotment_series(events, status)
-    times = [ev.t for ev in events] + [num(status.get("updated")) or now]
+    times = [ev.t for ev in events] + [status.updated or now]
     span = (min(times), max(times)) if events else None
     step_charts = [
         (allotted.cpu, "CPU allotted per executor (cores)", fmt_number),

@@ -1,5 +1,10 @@
 """Server-rendered HTML for the job pages: pure functions from store records to a page.
 
+The pages read a job's status as the typed model the master writes (contracts/status.py), parsed
+once per page: a field renamed in the contract is then a type error here, not a cell that quietly
+goes blank. A stored status that partly fails the contract still renders what fits
+(plugins/status.py's ``read_status``).
+
 Everything that comes from the store (names, labels, messages, event text, reasons) is escaped
 (plugins/html.py); the scaling section replays typed events (plugins/scaling.py).
 """
@@ -7,7 +12,7 @@ Everything that comes from the store (names, labels, messages, event text, reaso
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,6 +20,12 @@ from urllib.parse import quote
 
 from airflow_provider_primus.contracts.status import (
     TERMINAL,
+    AucFigures,
+    ExecutorState,
+    HandleStatus,
+    JobStatus,
+    Progress,
+    WindowStatus,
 )
 from airflow_provider_primus.master.history import Point
 from airflow_provider_primus.master.store import Event, JobRecord
@@ -39,25 +50,33 @@ from airflow_provider_primus.plugins.html import (
     phase_badge,
 )
 from airflow_provider_primus.plugins.scaling import scaling_section
-from airflow_provider_primus.plugins.status import as_map, dig, num
+from airflow_provider_primus.plugins.status import read_status
+
+
+def _figures(status: JobStatus) -> Progress | None:
+    """The data figures, if a master wrote any: a job it has not reached yet shows them as unknown,
+    not as the model's zeros."""
+    return status.progress if status.given("progress") else None
+
 
 # --- the list ---------------------------------------------------------------------------------------
 
 
-def _running(status: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
+def _running(status: JobStatus) -> tuple[int, dict[str, int]]:
     per_role: dict[str, int] = {}
-    for ex in as_map(status.get("executors")).values():
-        if dig(ex, "state") == "running":
-            role = str(dig(ex, "handle", "role") or "?")
+    for ex in status.executors.values():
+        if ex.state == ExecutorState.RUNNING:
+            role = ex.handle.role or "?"
             per_role[role] = per_role.get(role, 0) + 1
     return sum(per_role.values()), per_role
 
 
 def jobs_page(records: Sequence[JobRecord], *, base: str, now: float, note: str = "") -> str:
     rows = []
-    for r in records:
-        s = r.status
+    statuses = [read_status(r) for r in records]
+    for r, s in zip(records, statuses, strict=True):
         running, per_role = _running(s)
+        figures = _figures(s)
         roles = ", ".join(f"{k}: {v}" for k, v in sorted(per_role.items()))
         rows.append(
             "<tr>"
@@ -65,9 +84,9 @@ def jobs_page(records: Sequence[JobRecord], *, base: str, now: float, note: str 
             f"<td>{phase_badge(s)}</td>"
             f"<td>{labels_html(r.labels)}</td>"
             f'<td class="num" title="{e(roles)}">{running}</td>'
-            f'<td class="num">{fmt_count(dig(s, "progress", "acked_rows"))}</td>'
-            f'<td class="num">{fmt_count(dig(s, "progress", "trainer_step"))}</td>'
-            f'<td title="{e(fmt_time(s.get("updated")))}">{e(fmt_age(s.get("updated"), now))}</td>'
+            f'<td class="num">{fmt_count(figures.acked_rows if figures else None)}</td>'
+            f'<td class="num">{fmt_count(s.progress.trainer_step)}</td>'
+            f'<td title="{e(fmt_time(s.updated))}">{e(fmt_age(s.updated, now))}</td>'
             "</tr>"
         )
     table = (
@@ -80,7 +99,7 @@ def jobs_page(records: Sequence[JobRecord], *, base: str, now: float, note: str 
     body = f"<h1>Primus jobs</h1>{table}"
     if note:
         body += f'<p class="note">{e(note)}</p>'
-    active = any(r.status.get("phase") not in TERMINAL for r in records)
+    active = any(s.phase not in TERMINAL for s in statuses)
     return page("Primus jobs", body, base=base, refresh=active)
 
 
@@ -102,9 +121,9 @@ class WindowRow:
     approximate: bool = False
 
 
-def _sources(names: Any) -> str:
+def _sources(names: Sequence[str]) -> str:
     """The sources a window's tasks read, as the master recorded them (none for an old master's)."""
-    return ", ".join(sorted(str(n) for n in names)) if isinstance(names, list) else ""
+    return ", ".join(sorted(names))
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -126,9 +145,9 @@ def window_label(start: Any, end: Any) -> str:
     return f"{start} → {end}"
 
 
-def _window_order(w: Mapping[str, Any]) -> tuple[bool, float, float]:
+def _window_order(w: WindowStatus) -> tuple[bool, float, float]:
     """By start, then end; a window whose times do not parse goes last, in its listed order."""
-    a, b = _parse_time(w.get("start")), _parse_time(w.get("end"))
+    a, b = _parse_time(w.start), _parse_time(w.end)
     if a is None or b is None or (a.tzinfo is None) != (b.tzinfo is None):
         return (True, 0.0, 0.0)
     if a.tzinfo is None:
@@ -136,29 +155,24 @@ def _window_order(w: Mapping[str, Any]) -> tuple[bool, float, float]:
     return (False, a.timestamp(), b.timestamp())
 
 
-def data_rows(status: Mapping[str, Any]) -> list[WindowRow]:
+def data_rows(status: JobStatus) -> list[WindowRow]:
     """The data document's own window (derived from the totals) and every appended window."""
-    progress = as_map(status.get("progress"))
-    listed = status.get("windows")
-    windows = [w for w in listed if isinstance(w, Mapping)] if isinstance(listed, list) else []
+    progress = status.progress
     # The master lists windows as they were appended; parallel daily runs append out of order.
-    windows.sort(key=_window_order)
-    appended = [w for w in windows if w.get("state") == "appended"]
+    windows = sorted(status.windows, key=_window_order)
+    appended = [w for w in windows if w.state == "appended"]
     rows: list[WindowRow] = []
-    total = int(num(dig(progress, "tasks")) or 0)
-    done_total = int(num(dig(progress, "tasks_done")) or 0)
-    new = sum(int(num(w.get("new_tasks")) or 0) for w in appended)
-    overlap = any((num(w.get("new_tasks")) or 0) < (num(w.get("tasks")) or 0) for w in appended)
-    done_in_windows = sum(
-        min(int(num(w.get("tasks_done")) or 0), int(num(w.get("new_tasks")) or 0)) for w in appended
-    )
+    total, done_total = progress.tasks, progress.tasks_done
+    new = sum(w.new_tasks or 0 for w in appended)
+    overlap = any((w.new_tasks or 0) < (w.tasks or 0) for w in appended)
+    done_in_windows = sum(min(w.tasks_done or 0, w.new_tasks or 0) for w in appended)
     initial = max(0, total - new)
     if initial or not appended:
         done = max(0, min(initial, done_total - done_in_windows))
         rows.append(
             WindowRow(
                 label="the data document's window",
-                sources=_sources(dig(progress, "sources")),
+                sources=_sources(progress.sources),
                 state="initial",
                 tasks=initial,
                 tasks_done=done,
@@ -168,23 +182,22 @@ def data_rows(status: Mapping[str, Any]) -> list[WindowRow]:
             )
         )
     for w in windows:
-        done_w = num(w.get("tasks_done"))
         rows.append(
             WindowRow(
-                label=window_label(w.get("start"), w.get("end")),
-                sources=_sources(w.get("sources")),
-                state=str(w.get("state") or "—"),
-                tasks=None if num(w.get("tasks")) is None else int(w["tasks"]),
-                tasks_done=None if done_w is None else int(done_w),
-                consumed=w.get("consumed") if isinstance(w.get("consumed"), bool) else None,
-                rows=None if num(w.get("rows")) is None else int(w["rows"]),
-                reason=str(w.get("reason") or ""),
+                label=window_label(w.start, w.end),
+                sources=_sources(w.sources),
+                state=w.state,
+                tasks=w.tasks,
+                tasks_done=w.tasks_done,
+                consumed=w.consumed,
+                rows=w.rows,
+                reason=w.reason or "",
             )
         )
     return rows
 
 
-def _data_table(status: Mapping[str, Any]) -> str:
+def _data_table(status: JobStatus) -> str:
     rows = data_rows(status)
     out = []
     for r in rows:
@@ -197,17 +210,17 @@ def _data_table(status: Mapping[str, Any]) -> str:
             f'<td class="num">{fmt_count(r.tasks)}</td><td class="num">{progress_bar}{e(done)}</td>'
             f"<td>{consumed}</td><td class='num'>{fmt_count(r.rows)}</td></tr>"
         )
-    progress = as_map(status.get("progress"))
+    p, known = status.progress, _figures(status)
     total = (
-        f"{fmt_count(dig(progress, 'tasks_done'))} of {fmt_count(dig(progress, 'tasks'))} tasks done, "
-        f"{fmt_count(dig(progress, 'tasks_quarantined'))} quarantined, "
-        f"{fmt_count(dig(progress, 'acked_rows'))} rows acknowledged by the trainer"
+        f"{fmt_count(known.tasks_done if known else None)} of {fmt_count(known.tasks if known else None)}"
+        f" tasks done, {fmt_count(known.tasks_quarantined if known else None)} quarantined, "
+        f"{fmt_count(known.acked_rows if known else None)} rows acknowledged by the trainer"
         + (
-            f", {fmt_count(dig(progress, 'rows_without_label'))} rows left out for having no label"
-            if dig(progress, "rows_without_label")
+            f", {fmt_count(p.rows_without_label)} rows left out for having no label"
+            if p.rows_without_label
             else ""
         )
-        + ("; the pass is over" if dig(progress, "data_finished") else "")
+        + ("; the pass is over" if p.data_finished else "")
     )
     return (
         "<table><thead><tr><th>Window (UTC)</th><th>Source</th><th>State</th><th class='num'>Tasks</th>"
@@ -217,23 +230,21 @@ def _data_table(status: Mapping[str, Any]) -> str:
     )
 
 
-def _quarantine_table(status: Mapping[str, Any]) -> str:
+def _quarantine_table(status: JobStatus) -> str:
     """Each quarantined task: the rows it left out of training, where they are and why."""
-    progress = as_map(status.get("progress"))
-    entries = [as_map(q) for q in dig(progress, "quarantine") or [] if isinstance(q, Mapping)]
+    entries = status.progress.quarantine
     if not entries:
         return ""
     rows = []
     for q in entries:
-        span: list[Any] = list(q["rows"]) if isinstance(q.get("rows"), list) else []
-        start, end = [*span, None, None][:2]
+        start, end = [*q.rows, None, None][:2]
         first = "—" if start is None else start
         last = "end" if end is None else end
-        where = q.get("file") or ", ".join(str(f) for f in q.get("files") or []) or "—"
+        where = q.file or ", ".join(q.files) or "—"
         rows.append(
-            f"<tr><td><code>{e(q.get('task') or '—')}</code></td><td>{e(q.get('source') or '—')}</td>"
+            f"<tr><td><code>{e(q.task or '—')}</code></td><td>{e(q.source or '—')}</td>"
             f"<td><code>{e(where)}</code></td><td class='num'>{e(first)}..{e(last)}</td>"
-            f"<td class='num'>{fmt_count(q.get('rows_missing'))}</td><td>{e(q.get('error') or '—')}</td></tr>"
+            f"<td class='num'>{fmt_count(q.rows_missing)}</td><td>{e(q.error or '—')}</td></tr>"
         )
     return (
         "<h3>Quarantined tasks</h3><table class='quarantine'><thead><tr><th>Task</th><th>Source</th>"
@@ -243,43 +254,38 @@ def _quarantine_table(status: Mapping[str, Any]) -> str:
     )
 
 
-def _where(handle: Mapping[str, Any]) -> str:
+def _where(handle: HandleStatus) -> str:
     """Where the executor runs, in its backend's words: a process id, a pod, a YARN container."""
-    ref = dig(handle, "ref") or {}
-    return str(dig(ref, "pid") or dig(ref, "pod") or dig(ref, "container") or "—")
+    ref = handle.ref  # each backend's own keys
+    return str(ref.get("pid") or ref.get("pod") or ref.get("container") or "—")
 
 
-def _executors_table(status: Mapping[str, Any], points: Sequence[Point]) -> str:
-    executors = as_map(status.get("executors"))
+def _executors_table(status: JobStatus, points: Sequence[Point]) -> str:
+    executors = status.executors
     if not executors:
         return '<p class="muted">No executors yet.</p>'
-
-    def order(item: tuple[str, Any]) -> tuple[str, float, str]:
-        name, ex = item
-        return (str(dig(ex, "handle", "role") or ""), num(dig(ex, "handle", "index")) or 0.0, name)
-
     rows = []
-    for name, ex in sorted(executors.items(), key=order):
-        handle = dig(ex, "handle") or {}
-        telemetry = dig(ex, "telemetry") or {}
-        memory = dig(handle, "allotment", "memory")
-        rss = dig(telemetry, "rss")
+    for name, ex in sorted(
+        executors.items(), key=lambda item: (item[1].handle.role, item[1].handle.index, item[0])
+    ):
+        handle, usage = ex.handle, ex.telemetry
+        memory = handle.allotment.memory
         trend = [p.executors[name]["cpu_util"] for p in points if "cpu_util" in p.executors.get(name, {})]
         spark = sparkline(trend[-60:], width=80, height=18, label=f"{name} CPU utilisation") if trend else ""
-        last = dig(ex, "reason") or ""
-        if dig(ex, "exit_code") is not None:
-            last = f"{last} (exit {dig(ex, 'exit_code')})".strip()
+        last = ex.reason or ""
+        if ex.exit_code is not None:
+            last = f"{last} (exit {ex.exit_code})".strip()
         rows.append(
             "<tr>"
-            f"<td>{e(name)}</td><td>{e(dig(handle, 'role'))}</td><td>{e(dig(ex, 'state'))}</td>"
+            f"<td>{e(name)}</td><td>{e(handle.role)}</td><td>{e(ex.state)}</td>"
             f"<td class='num'>{e(_where(handle))}</td>"
-            f"<td class='num'>{e(fmt_cores(dig(handle, 'allotment', 'cpu')))}</td>"
+            f"<td class='num'>{e(fmt_cores(handle.allotment.cpu))}</td>"
             f"<td class='num'>{e(fmt_bytes(memory))}</td>"
-            f"<td class='num'>{spark}{e(fmt_pct(dig(telemetry, 'cpu_util')))}</td>"
-            f"<td class='num'>{e(fmt_bytes(rss))} / {e(fmt_bytes(memory))}"
-            f" ({e(fmt_pct(dig(telemetry, 'mem_util')))})</td>"
-            f"<td class='num'>{e(fmt_count(dig(telemetry, 'rows_per_s')))}</td>"
-            f"<td class='num'>{e(fmt_count(dig(ex, 'restarts')))}</td>"
+            f"<td class='num'>{spark}{e(fmt_pct(usage.cpu_util if usage else None))}</td>"
+            f"<td class='num'>{e(fmt_bytes(usage.rss if usage else None))} / {e(fmt_bytes(memory))}"
+            f" ({e(fmt_pct(usage.mem_util if usage else None))})</td>"
+            f"<td class='num'>{e(fmt_count(usage.rows_per_s if usage else None))}</td>"
+            f"<td class='num'>{e(fmt_count(ex.restarts))}</td>"
             f"<td>{e(last or '—')}</td>"
             "</tr>"
         )
@@ -307,26 +313,26 @@ def _series(points: Sequence[Point], attr: str) -> list[tuple[float, float]]:
     return [(p.t, v) for p in points if (v := getattr(p, attr)) is not None]
 
 
-def _training_section(status: Mapping[str, Any], points: Sequence[Point], sample_s: float | None) -> str:
-    progress = as_map(status.get("progress"))
-    m = dig(progress, "trainer_metrics") or {}
+def _training_section(status: JobStatus, points: Sequence[Point], sample_s: float | None) -> str:
+    progress = status.progress
+    m = progress.metrics()
     speed = [v for _, v in _series(points, "samples_per_s")]
     cards = [
-        ("trainer step", fmt_count(dig(progress, "trainer_step")), ""),
-        ("rows trained", fmt_count(dig(progress, "trainer_rows")), ""),
-        ("window AUC", fmt_metric(dig(m, "progressive", "window_auc")), ""),
-        ("progressive AUC", fmt_metric(dig(m, "progressive", "auc")), ""),
+        ("trainer step", fmt_count(progress.trainer_step), ""),
+        ("rows trained", fmt_count(progress.trainer_rows), ""),
+        ("window AUC", fmt_metric(m.progressive.window_auc), ""),
+        ("progressive AUC", fmt_metric(m.progressive.auc), ""),
         (
             "samples/s",
-            fmt_count(dig(m, "samples_per_s")),
+            fmt_count(m.samples_per_s),
             sparkline(speed[-60:], label="samples/s") if speed else "",
         ),
         (
             "freshness p50 / p99 (s)",
-            f"{fmt_metric(dig(m, 'freshness_s', 'p50'), 1)} / {fmt_metric(dig(m, 'freshness_s', 'p99'), 1)}",
+            f"{fmt_metric(m.freshness_s.p50, 1)} / {fmt_metric(m.freshness_s.p99, 1)}",
             "",
         ),
-        ("watermark", str(dig(m, "watermark") or "—"), ""),
+        ("watermark", m.watermark or "—", ""),
     ]
     html = (
         "<div class='cards'>"
@@ -397,8 +403,12 @@ def _training_section(status: Mapping[str, Any], points: Sequence[Point], sample
     return html + "<div class='charts'>" + "".join(charts) + f"</div><p class='note'>{e(note)}</p>"
 
 
-def _mode(status: Mapping[str, Any]) -> str:
-    return str(dig(status, "progress", "trainer_metrics", "mode") or "?")
+def _mode(status: JobStatus) -> str:
+    return status.progress.metrics().mode or "?"
+
+
+def _auc(status: JobStatus) -> AucFigures:
+    return status.progress.metrics().progressive
 
 
 def comparison_section(
@@ -407,33 +417,36 @@ def comparison_section(
     baselines: Sequence[tuple[JobRecord, Sequence[Point]]],
     *,
     base: str,
+    status: JobStatus | None = None,
 ) -> str:
     """This job's stream AUC beside its baselines' (jobs labelled ``primus.dev/baseline-for``).
 
     Both are progressive validation on the same stream, each row scored before the job could learn
     from it, so the difference is what training on the stream (or not) buys; ``window`` is over the
-    most recent rows, where a model that stopped learning falls behind."""
+    most recent rows, where a model that stopped learning falls behind. ``status``: the record's,
+    when the page has read it already."""
     if not baselines:
         return ""
-    mine = dig(record.status, "progress", "trainer_metrics", "progressive") or {}
-    rows, series = [], [Series(f"{record.name} ({_mode(record.status)})", _series(points, "window_auc"))]
+    status = read_status(record) if status is None else status
+    mine, mode = _auc(status), _mode(status)
+    rows, series = [], [Series(f"{record.name} ({mode})", _series(points, "window_auc"))]
     for other, other_points in baselines:
-        theirs = dig(other.status, "progress", "trainer_metrics", "progressive") or {}
+        other_status = read_status(other)
+        theirs, their_mode = _auc(other_status), _mode(other_status)
         cells = []
-        for key in ("window_auc", "auc"):
-            a, b = num(dig(mine, key)), num(dig(theirs, key))
+        for a, b in ((mine.window_auc, theirs.window_auc), (mine.auc, theirs.auc)):
             delta = "—" if a is None or b is None else f"{a - b:+.3f}"
             cells.append(f"<td class='num'>{fmt_metric(b)}</td><td class='num'><b>{e(delta)}</b></td>")
         rows.append(
             f'<tr><td><a href="{e(job_href(base, other.name))}">{e(other.name)}</a> '
-            f"({e(_mode(other.status))})</td>{''.join(cells)}</tr>"
+            f"({e(their_mode)})</td>{''.join(cells)}</tr>"
         )
         series.append(
-            Series(f"{other.name} ({_mode(other.status)})", _series(other_points, "window_auc"), dashed=True)
+            Series(f"{other.name} ({their_mode})", _series(other_points, "window_auc"), dashed=True)
         )
     head = (
-        f"<p>Stream AUC of this job ({e(_mode(record.status))}): "
-        f"window {fmt_metric(dig(mine, 'window_auc'))}, progressive {fmt_metric(dig(mine, 'auc'))}.</p>"
+        f"<p>Stream AUC of this job ({e(mode)}): "
+        f"window {fmt_metric(mine.window_auc)}, progressive {fmt_metric(mine.auc)}.</p>"
     )
     table = (
         "<table class='comparison'><thead><tr><th>Baseline</th><th class='num'>Window AUC</th>"
@@ -458,20 +471,19 @@ def job_page(
     sample_s: float | None = None,
     baselines: Sequence[tuple[JobRecord, Sequence[Point]]] = (),
     stale: str | None = None,
+    status: JobStatus | None = None,
 ) -> str:
-    """``stale``: why the stored status is not current (store_health.stale_reason), shown above it."""
-    s = record.status
-    master = as_map(s.get("master"))
-    replicas = as_map(s.get("replicas"))
-    savepoints = as_map(s.get("savepoints"))
-    updated = s.get("updated")
+    """``stale``: why the stored status is not current (store_health.stale_reason), shown above it.
+    ``status``: the record's, when the caller has read it already (it read the history from it)."""
+    s = read_status(record) if status is None else status
+    master, savepoints, updated = s.master, s.savepoints, s.updated
     facts = [
         ("Phase", phase_badge(s)),
-        ("Message", e(s.get("message") or "—")),
-        ("Master API", f"<code>{e(dig(master, 'api') or '—')}</code>"),
-        ("Master PID", e(dig(master, "pid") or "—")),
-        ("Dispatcher", f"<code>{e(dig(master, 'dispatcher') or '—')}</code>"),
-        ("Replicas", e(", ".join(f"{k}: {v}" for k, v in sorted(replicas.items())) or "—")),
+        ("Message", e(s.message or "—")),
+        ("Master API", f"<code>{e((master.api if master else None) or '—')}</code>"),
+        ("Master PID", e((master.pid if master else None) or "—")),
+        ("Dispatcher", f"<code>{e((master.dispatcher if master else None) or '—')}</code>"),
+        ("Replicas", e(", ".join(f"{k}: {v}" for k, v in sorted(s.replicas.items())) or "—")),
         ("Labels", labels_html(record.labels)),
         ("Submitted", e(fmt_time(record.created))),
         ("Last update", f"{e(fmt_age(updated, now))} <span class='muted'>({e(fmt_time(updated))})</span>"),
@@ -482,8 +494,7 @@ def job_page(
                 "Savepoints",
                 e(
                     ", ".join(
-                        f"{k}: {dig(v, 'state')}"
-                        + (f" @ step {dig(v, 'step')}" if dig(v, "step") is not None else "")
+                        f"{k}: {v.state}" + (f" @ step {v.step}" if v.step is not None else "")
                         for k, v in sorted(savepoints.items())
                     )
                 ),
@@ -498,7 +509,7 @@ def job_page(
     )
     if baselines:
         header += "<h2>Compared with its baseline</h2>" + comparison_section(
-            record, points, baselines, base=base
+            record, points, baselines, base=base, status=s
         )
     body = (
         header
@@ -512,4 +523,4 @@ def job_page(
         + "<h2>Training</h2>"
         + _training_section(s, points, sample_s)
     )
-    return page(f"{record.name} · Primus", body, base=base, refresh=s.get("phase") not in TERMINAL)
+    return page(f"{record.name} · Primus", body, base=base, refresh=s.phase not in TERMINAL)

@@ -7,17 +7,35 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_primus.contracts.status import JobStatus
 from airflow_provider_primus.master.history import EVERY_S_ENV, StatusHistory, point_from_dict
 
 
-def status(rows: int, auc: float | None = 0.7) -> dict[str, Any]:
-    return {
-        "progress": {"acked_rows": rows, "trainer_metrics": {"progressive": {"auc": auc}}},
-        "executors": {
-            "data-0": {"state": "running", "telemetry": {"cpu_util": 0.5, "rows_per_s": 10.0}},
-            "data-1": {"state": "removed", "telemetry": {"cpu_util": 0.1}},
-        },
+def executor(name: str, state: str, cpu_util: float) -> dict[str, Any]:
+    handle = {
+        "name": name,
+        "role": "data",
+        "index": int(name[-1]),
+        "allotment": {"cpu": 1.0, "memory": 2**30},
     }
+    usage = {"cpu_util": cpu_util, "rss": 2**28, "mem_util": 0.25, "rows_per_s": 10.0}
+    return {
+        "handle": handle,
+        "state": state,
+        "telemetry": {**usage, "read_bytes": 0, "write_bytes": 0, "wait_s": 0.0, "busy_s": 1.0},
+    }
+
+
+def status(rows: int, auc: float | None = 0.7) -> JobStatus:
+    return JobStatus.read(
+        {
+            "progress": {"acked_rows": rows, "trainer_metrics": {"progressive": {"auc": auc}}},
+            "executors": {
+                "data-0": executor("data-0", "running", 0.5),
+                "data-1": executor("data-1", "removed", 0.1),
+            },
+        }
+    )
 
 
 def test_a_point_every_so_often_with_the_running_executors() -> None:
@@ -27,7 +45,7 @@ def test_a_point_every_so_often_with_the_running_executors() -> None:
     assert history.add(status(3), now=120.0)
     points = history.points()
     assert [(p.t, p.acked_rows) for p in points] == [(100.0, 1.0), (120.0, 3.0)]
-    assert points[0].executors == {"data-0": {"cpu_util": 0.5, "rows_per_s": 10.0}}
+    assert points[0].executors == {"data-0": {"cpu_util": 0.5, "mem_util": 0.25, "rows_per_s": 10.0}}
     assert point_from_dict(history.to_list()[1]) == points[1]  # what the status stores reads back
 
 

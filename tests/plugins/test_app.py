@@ -12,6 +12,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from airflow_provider_primus.contracts.status import JobStatus
 from airflow_provider_primus.kubernetes.store import KubeJobStore
 from airflow_provider_primus.master.history import point_from_status
 from airflow_provider_primus.master.store import SqliteJobStore, modify
@@ -49,6 +50,20 @@ def _executor(
         "exit_code": extra.pop("exit_code", None),
         "reason": extra.pop("reason", None),
         **extra,
+    }
+
+
+def usage(cpu_util: float, rss: int, mem_util: float, rows_per_s: float) -> dict[str, Any]:
+    """An executor's telemetry as the master writes it (master/telemetry.py's ``usage``)."""
+    return {
+        "cpu_util": cpu_util,
+        "rss": rss,
+        "mem_util": mem_util,
+        "rows_per_s": rows_per_s,
+        "read_bytes": 4096,
+        "write_bytes": 0,
+        "wait_s": 0.25,
+        "busy_s": 1.5,
     }
 
 
@@ -92,7 +107,7 @@ def realistic_status(updated: float) -> dict[str, Any]:
                 1.0,
                 GiB,
                 5001,
-                telemetry={"cpu_util": 0.87, "rss": 384 * 2**20, "mem_util": 0.375, "rows_per_s": 51234.5},
+                telemetry=usage(0.87, 384 * 2**20, 0.375, 51234.5),
             ),
             "data-1": _executor(
                 "data-1",
@@ -103,7 +118,7 @@ def realistic_status(updated: float) -> dict[str, Any]:
                 restarts=1,
                 exit_code=-9,
                 reason="memory limit: rss 973 MiB reached 95% of 1024 MiB",
-                telemetry={"cpu_util": 0.41, "rss": 512 * 2**20, "mem_util": 0.5, "rows_per_s": 20000.0},
+                telemetry=usage(0.41, 512 * 2**20, 0.5, 20000.0),
             ),
             "data-2": _executor("data-2", 1.0, GiB, 5004, state="removed", reason="terminated"),
             "trainer-0": _executor(
@@ -111,7 +126,7 @@ def realistic_status(updated: float) -> dict[str, Any]:
                 2.5,
                 4 * GiB,
                 5003,
-                telemetry={"cpu_util": 0.93, "rss": 2 * GiB, "mem_util": 0.5, "rows_per_s": 98000.0},
+                telemetry=usage(0.93, 2 * GiB, 0.5, 98000.0),
             ),
         },
         "progress": {
@@ -493,7 +508,7 @@ def test_the_sampler_records_jobs_that_have_not_ended(store: SqliteJobStore, sto
 
 
 def test_a_status_reduces_to_a_point() -> None:
-    p = point_from_status(realistic_status(100.0))
+    p = point_from_status(JobStatus.read(realistic_status(100.0)))
     assert p is not None
     assert (p.t, p.acked_rows, p.samples_per_s, p.auc, p.freshness_p99) == (
         100.0,
@@ -503,12 +518,12 @@ def test_a_status_reduces_to_a_point() -> None:
         6.4,
     )
     assert set(p.executors) == {"data-0", "data-1", "trainer-0"}  # running ones only
-    assert point_from_status({}) is None
+    assert point_from_status(JobStatus()) is None
 
 
 def test_allotments_are_replayed_from_the_event_log(store: SqliteJobStore) -> None:
     record = store.get("movielens")
-    allotted = allotment_series(store.events("movielens"), record.status)
+    allotted = allotment_series(store.events("movielens"), record.job_status)
     cpu = {s.label: [v for _, v in s.points] for s in allotted.cpu}
     assert cpu["trainer-0"] == [2.0, 2.5, 2.5]  # launched, autoscaled, now
     assert cpu["data-1"] == [1.0, 0.0, 1.0, 1.5, 1.5]  # launched, failed, relaunched, resized, now
@@ -522,12 +537,12 @@ def test_allotments_are_replayed_from_the_event_log(store: SqliteJobStore) -> No
 
 
 def test_the_data_document_window_is_derived_from_the_totals() -> None:
-    rows = data_rows(realistic_status(0.0))
+    rows = data_rows(JobStatus.read(realistic_status(0.0)))
     initial, day3, refused = rows
     assert (initial.tasks, initial.tasks_done, initial.consumed, initial.sources) == (24, 24, True, "history")
     assert (day3.label, day3.tasks, day3.tasks_done, day3.consumed) == ("2026-11-03", 24, 6, False)
     assert refused.state == "refused" and refused.tasks is None
-    assert data_rows({})[0].tasks == 0  # a job without a status still renders
+    assert data_rows(JobStatus())[0].tasks == 0  # a job without a status still renders
     assert window_label("2026-11-01T00:00:00+00:00", "2026-11-03T00:00:00+00:00") == "2026-11-01 → 2026-11-02"
     assert (
         window_label("2026-11-01T05:00:00Z", "2026-11-01T06:00:00Z")
@@ -574,7 +589,7 @@ def test_windows_are_listed_in_time_order_whatever_the_append_order() -> None:
         {**day, "start": f"2026-11-0{d}T00:00:00+00:00", "end": f"2026-11-0{d + 1}T00:00:00+00:00"}
         for d in (3, 1, 2)
     ] + [{"state": "refused", "start": "not a time", "end": "either"}]
-    labels = [r.label for r in data_rows(status) if r.state != "initial"]
+    labels = [r.label for r in data_rows(JobStatus.read(status)) if r.state != "initial"]
     assert labels == ["2026-11-01", "2026-11-02", "2026-11-03", "not a time → either"]
 
 
@@ -607,7 +622,7 @@ def test_a_restarted_api_server_draws_the_history_the_master_kept(
     kept = StatusHistory(every_s=1.0)
     now = store.get("movielens").status["updated"]
     for i, t in enumerate((now - 30, now - 20, now - 10)):
-        kept.add({"progress": {"acked_rows": 1000 * i}}, now=t)
+        kept.add(JobStatus.read({"progress": {"acked_rows": 1000 * i}}), now=t)
     modify(store, "movielens", lambda r: {**r.status, "history": kept.to_list()}, part="status")
     for _ in range(2):  # a fresh app each time: nothing in its memory, the same history drawn
         fresh = create_app(store_path, sample_s=None)
@@ -631,3 +646,28 @@ def test_the_job_page_says_when_the_status_is_stale_and_why(
     assert health.recovered() is not None
     assert "status is stale" not in client.get("/jobs/movielens").text
     assert "stale" not in client.get("/api/jobs/movielens").json()
+
+
+def test_a_partly_invalid_status_renders_what_fits(caplog: pytest.LogCaptureFixture) -> None:
+    """One executor's telemetry in a shape this version does not read, a window from a newer master:
+    the page shows everything else, and the web server's log names what it left out (by its place in
+    the status, not its value)."""
+    from airflow_provider_primus.master.store import JobRecord
+    from airflow_provider_primus.plugins.views import job_page
+
+    status = realistic_status(100.0)
+    status["executors"]["data-0"]["telemetry"] = {"cpu": XSS}
+    status["windows"][1]["state"] = "postponed"
+    record = JobRecord("partly", 1, {"kind": "PrimusJob"}, status=status, created=1.0)
+    with caplog.at_level("WARNING", logger="airflow_provider_primus.plugins.status"):
+        page = job_page(record, [], [], base="", now=110.0)
+    executors = page.split("<h2>Executors</h2>")[1].split("<h2>Scaling</h2>")[0]
+    assert "<td>data-0</td><td>data</td><td>running</td><td class='num'>5001</td>" in executors
+    assert "— / 1.0 GiB (—)" in executors  # data-0: no usage shown
+    assert "2.0 GiB / 4.0 GiB (50%)" in executors and "98,000" in executors  # trainer-0: all of it
+    data = page.split("<h2>Data progress</h2>")[1]
+    assert "2026-11-03" in data and "postponed" not in data and "2026-11-05" not in data
+    assert "30 of 48 tasks done" in data and "http://127.0.0.1:40123" in page
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "executors.data-0.telemetry" in message and "windows.1" in message
+    assert "script" not in message  # the values stay out of the log

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the runtime's types; this module stays importable without torch (the master's)
     from airflow_provider_primus.data.tensors import TensorBatch
     from airflow_provider_primus.training.feeds.feed import Feed
-    from airflow_provider_primus.training.runtime import Trainer
 
 __all__ = ["COMMAND", "EXIT_REGROUP", "TrainOptions", "TrainerExecutorOptions", "default_workdir"]
 
@@ -151,7 +150,7 @@ class TrainOptions:
     progress: Callable[[dict[str, Any]], None] | None = None
     progress_every_s: float = 2.0
     resume: bool = True
-    until: Callable[[Trainer], bool] | None = None  # checked before each step: stop when true
+    until: Callable[[Any], bool] | None = None  # given the Trainer before each step: stop when true
     feeds: Mapping[str, Feed] | None = None  # ready-made feeds instead of the sources (benchmarks)
     rank: int = 0  # data parallelism: this trainer's rank among ``trainers`` (see distributed.py)
     trainers: int = 1

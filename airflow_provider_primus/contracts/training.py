@@ -49,10 +49,20 @@ NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 
 TableSharding = Literal["replicated", "row_wise"]
 DenseTransform = Literal["log1p", "none"]
+ModelType = Literal["dlrm", "dcn_v2"]
+MAX_CROSS_LAYERS = 16
+CrossLayers = Annotated[int, Strict(), Field(ge=1, le=MAX_CROSS_LAYERS)]
 
 
 class Model(StrictModel):
-    """DLRM sizes. ``buckets`` overrides a sparse column's table size; by default it is the column's
+    """Which built-in model, and its sizes.
+
+    ``type``: ``dlrm`` (the default: embeddings, a bottom MLP for the dense values, pairwise dot
+    interactions, a top MLP) or ``dcn_v2`` (the same embeddings and bottom MLP with a cross network
+    of ``cross_layers`` layers in place of the dot interaction, full-rank or of rank ``cross_rank``:
+    the MLPerf DLRM-dcnv2 reference's structure, training/dcn_v2.py).
+
+    ``buckets`` overrides a sparse column's table size; by default it is the column's
     ``hash_bucket`` in the data schema, which is what bounds its IDs.
 
     ``sharding`` chooses, per sparse column, where its table lives when there are several trainers:
@@ -75,19 +85,29 @@ class Model(StrictModel):
     bottom_mlp: list[Width] = Field(default_factory=lambda: [64, 16])
     top_mlp: list[Width] = Field(default_factory=lambda: [64, 32])
     dense_transform: DenseTransform = "log1p"
+    type: ModelType = "dlrm"
+    cross_layers: CrossLayers | None = None  # dcn_v2 only; unset: 3, the reference's depth
+    cross_rank: Width | None = None  # dcn_v2 only; unset: full-rank
 
     @model_validator(mode="after")
     def _bottom_ends_at_embedding_dim(self) -> Model:
+        issues: list[tuple[tuple[str, ...], str]] = []
         if self.bottom_mlp and self.bottom_mlp[-1] != self.embedding_dim:
-            raise_issues(
-                [
-                    (
-                        ("bottom_mlp",),
-                        f"must end with embedding_dim ({self.embedding_dim}) so dense and sparse "
-                        f"features can interact; got {self.bottom_mlp[-1]}",
-                    )
-                ]
+            issues.append(
+                (
+                    ("bottom_mlp",),
+                    f"must end with embedding_dim ({self.embedding_dim}) so dense and sparse "
+                    f"features can interact; got {self.bottom_mlp[-1]}",
+                )
             )
+        if self.type != "dcn_v2":
+            for name in ("cross_layers", "cross_rank"):
+                if getattr(self, name) is not None:
+                    issues.append(
+                        ((name,), f"belongs to type dcn_v2 (the cross network); type is {self.type}")
+                    )
+        if issues:
+            raise_issues(issues)
         return self
 
 
@@ -416,6 +436,19 @@ def check_against(training: PrimusTraining, data: PrimusData) -> None:
                     f"dense={dense})",
                 )
             )
+    model = spec.model
+    # The cross network's input: the bottom MLP's output (with dense columns) and one embedding a
+    # sparse column, each embedding_dim wide; a rank above that is no low-rank factorisation.
+    cross_width = (len(sparse) + (1 if dense else 0)) * model.embedding_dim
+    if model.cross_rank is not None and model.cross_rank > cross_width:
+        issues.append(
+            SpecIssue(
+                "spec.model.cross_rank",
+                f"{model.cross_rank} is above the cross network's input width {cross_width} "
+                f"(({len(sparse)} sparse + {1 if dense else 0} dense feature) x embedding_dim "
+                f"{model.embedding_dim}); leave it unset for full rank",
+            )
+        )
     sizes = table_sizes(training, data)
     for column in sparse:
         if column not in sizes:

@@ -1,4 +1,5 @@
-"""The trainer's model, where it lives and its optimizers, built from the contracts.
+"""The trainer's model (of the kind ``model.type`` names), where it lives and its optimizers, built
+from the contracts.
 
 One place answers "which model does this job train, on which device, updated how": the runtime asks
 for an :class:`AssembledModel` and never looks at the model's arguments itself, so a new model kind
@@ -19,6 +20,7 @@ from airflow_provider_primus.contracts.training import PrimusTraining, table_siz
 from airflow_provider_primus.training.checkpoints.served import model_record
 from airflow_provider_primus.training.dlrm import DLRM
 from airflow_provider_primus.training.gpu import Placement, place_model, placement_for
+from airflow_provider_primus.training.model_kinds import kind_arguments
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.sharding import build_model, sharding_plan
 
@@ -61,9 +63,11 @@ def assemble_model(
         "top_mlp": spec.model.top_mlp,
         "seed": spec.seed,
         "dense_transform": spec.model.dense_transform,
+        **kind_arguments(spec.model),
     }
+    kind = spec.model.type
     # Each table replicated or row-wise per the spec's model.sharding (training/sharding.py).
-    model = build_model(sharding_plan(spec.model.sharding, sparse_cols), rank, world, **model_args)
+    model = build_model(sharding_plan(spec.model.sharding, sparse_cols), rank, world, kind=kind, **model_args)
     # Dense layers on the GPU, the tables too when they fit (training/gpu.py).
     placement = placement_for(model, device, spec.optimizer.sparse.type, spec.optimizer.dense.type)
     log.info("model placement: %s", placement.reason)
@@ -75,4 +79,4 @@ def assemble_model(
         dense=spec.optimizer.dense.type,
         dense_lr=spec.optimizer.dense.lr,
     )
-    return AssembledModel(model, model_record(model_args, sparse_cols, dense_cols), placement, optim)
+    return AssembledModel(model, model_record(model_args, sparse_cols, dense_cols, kind), placement, optim)

@@ -35,6 +35,7 @@ import torch.distributed as dist
 from torch import nn
 
 from airflow_provider_primus.training.dlrm import DLRM, init_bound
+from airflow_provider_primus.training.model_kinds import DEFAULT_KIND, model_class
 
 __all__ = [
     "REPLICATED",
@@ -224,12 +225,27 @@ def sharding_plan(choices: Mapping[str, str], columns: Sequence[str]) -> list[Sh
     return plan
 
 
-def build_model(plan: Sequence[Sharding], rank: int, world: int, **dlrm: Any) -> DLRM:
-    """The trainer's model: a plain :class:`DLRM` when every table is replicated (today's model,
-    bit for bit), else a :class:`ShardedDLRM` holding this trainer's shards."""
+def build_model(
+    plan: Sequence[Sharding], rank: int, world: int, *, kind: str = DEFAULT_KIND, **dlrm: Any
+) -> DLRM:
+    """The trainer's model of ``kind`` (training/model_kinds.py): the kind's plain class when every
+    table is replicated, else the same network holding this trainer's shards (:class:`ShardedDLRM`'s
+    tables, the kind's interaction)."""
+    cls = model_class(kind)
     if all(choice == REPLICATED for choice in plan):
-        return DLRM(**dlrm)
-    return ShardedDLRM(plan=plan, rank=rank, world=world, **dlrm)
+        return cls(**dlrm)
+    return _sharded(cls)(plan=plan, rank=rank, world=world, **dlrm)
+
+
+_SHARDED: dict[type[DLRM], type[ShardedDLRM]] = {DLRM: ShardedDLRM}
+
+
+def _sharded(cls: type[DLRM]) -> type[ShardedDLRM]:
+    """``cls`` with row-wise tables: the sharding hook (``_make_tables``) and a kind's interaction
+    hooks are disjoint, so the two compose by inheritance (one class per kind, made once)."""
+    if cls not in _SHARDED:
+        _SHARDED[cls] = type(f"Sharded{cls.__name__}", (ShardedDLRM, cls), {"__module__": __name__})
+    return _SHARDED[cls]
 
 
 def row_wise_tables(model: nn.Module) -> dict[int, RowWiseTable]:

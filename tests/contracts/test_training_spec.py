@@ -133,6 +133,31 @@ def test_dense_values_are_log1p_transformed_by_default_and_it_can_be_turned_off(
     assert "spec.model.dense_transfrom" in messages(exc) and "dense_transform" in messages(exc)
 
 
+def test_the_model_type_is_dlrm_by_default_and_dcn_v2_takes_its_cross_settings() -> None:
+    data = load_data_spec(EXAMPLE / "primus-data.yaml")
+    model = default_training().spec.model
+    assert (model.type, model.cross_layers, model.cross_rank) == ("dlrm", None, None)
+    dcn = load_training_spec(doc(model={"type": "dcn_v2", "cross_layers": 2, "cross_rank": 16}))
+    check_against(dcn, data)
+    assert (dcn.spec.model.type, dcn.spec.model.cross_layers) == ("dcn_v2", 2)
+    with pytest.raises(SpecError) as exc:
+        load_training_spec(doc(model={"type": "dcnv2"}))
+    assert "spec.model.type" in messages(exc)
+    with pytest.raises(SpecError) as exc:  # the cross network's settings on a model that has none
+        load_training_spec(doc(model={"cross_layers": 2}))
+    assert "spec.model.cross_layers" in messages(exc) and "dcn_v2" in messages(exc)
+    with pytest.raises(SpecError) as exc:
+        load_training_spec(doc(model={"type": "dcn_v2", "cross_layers": 0}))
+    assert "spec.model.cross_layers" in messages(exc)
+    # A rank above the cross network's input width is no factorisation: named with the width.
+    sparse = len(data.spec.sources[0].schema_.sparse)
+    dense = 1 if data.spec.sources[0].schema_.dense else 0
+    width = (sparse + dense) * 16
+    with pytest.raises(SpecError) as exc:
+        check_against(load_training_spec(doc(model={"type": "dcn_v2", "cross_rank": width + 1})), data)
+    assert "spec.model.cross_rank" in messages(exc) and f"input width {width}" in messages(exc)
+
+
 def test_table_sharding_is_chosen_per_sparse_column_and_checked() -> None:
     data = load_data_spec(EXAMPLE / "primus-data.yaml")
     assert default_training().spec.model.sharding == {}  # replicated unless asked

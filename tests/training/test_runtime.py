@@ -294,6 +294,7 @@ def test_holdout_window_is_evaluated_at_the_end_and_a_snapshot_is_published(
         "bottom_mlp": [64, 16],
         "top_mlp": [64, 32],
         "dense_transform": "log1p",
+        "type": "dlrm",
         "sparse": ["user_id", "item_id"],
         "dense": ["price"],
     }
@@ -325,6 +326,42 @@ def test_holdout_window_is_evaluated_at_the_end_and_a_snapshot_is_published(
             resumed.restore()
     finally:
         resumed.close()
+
+
+def test_a_dcn_v2_job_trains_resumes_and_is_served_as_the_published_model(
+    world: World, tmp_path: Path
+) -> None:
+    """``model.type: dcn_v2`` trains the cross network through the same runtime: checkpointed,
+    resumed from its checkpoint, and published with a record that rebuilds it for serving."""
+    from airflow_provider_primus.training.checkpoints.snapshots import latest_snapshot
+    from airflow_provider_primus.training.dcn_v2 import DCNv2
+
+    data = load_data_spec(world.spec_path)
+    model = {"type": "dcn_v2", "cross_layers": 2, "cross_rank": 8}
+    training = load_training_spec(
+        world.training(tmp_path / "t.yaml", mode="batch", batch_size=256, model=model)
+    )
+    trainer = Trainer(data, training, TrainOptions(workdir=tmp_path / "w", max_steps=3))
+    assert isinstance(trainer.model, DCNv2) and len(trainer.model.cross.bias) == 2
+    assert trainer.run()["steps"] == 3
+    result = Trainer(data, training, TrainOptions(workdir=tmp_path / "w")).run()  # resumed at step 3
+    assert result["rows_trained"] == {"history": world.history_rows}
+    snapshot = latest_snapshot(tmp_path / "w" / "model")
+    assert snapshot is not None
+    record = snapshot.manifest["model"]
+    assert (record["type"], record["cross_layers"], record["cross_rank"]) == ("dcn_v2", 2, 8)
+    served = served_model(snapshot)
+    assert isinstance(served, DCNv2)
+    g = torch.Generator().manual_seed(5)
+    ids = torch.stack(
+        [torch.randint(0, 1009, (32,), generator=g), torch.randint(0, 503, (32,), generator=g)], 1
+    )
+    prices = torch.rand(32, 1, generator=g) * 100.0
+    fresh = Trainer(data, training, TrainOptions(workdir=tmp_path / "w"))
+    fresh.restore()
+    with torch.no_grad():
+        assert torch.equal(served(ids, prices), fresh.model.eval()(ids, prices))
+    fresh.close()
 
 
 def test_savepoints_are_acknowledged_cumulatively_one_checkpoint_for_many(tmp_path: Path) -> None:

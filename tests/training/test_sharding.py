@@ -236,3 +236,31 @@ def test_a_row_wise_table_sums_bags_like_an_embedding_bag() -> None:
     assert table.weight.grad is not None and table.weight.grad.is_sparse
     assert bag.weight.grad is not None
     torch.testing.assert_close(table.weight.grad.to_dense(), bag.weight.grad.to_dense())
+
+
+def test_a_model_kind_with_row_wise_tables_keeps_its_interaction_and_draws() -> None:
+    """A kind's interaction (DCN-v2's cross network) and row-wise tables compose: one shard of a
+    world of one holds the replicated model's rows and scores as it does."""
+    from airflow_provider_primus.training.dcn_v2 import DCNv2
+    from airflow_provider_primus.training.sharding import ShardedDLRM, build_model
+
+    args: dict[str, Any] = {
+        "num_embeddings": [10, 20],
+        "num_dense": 2,
+        "embedding_dim": 4,
+        "bottom_mlp": [8, 4],
+        "top_mlp": [8],
+        "seed": 1,
+        "dense_transform": "log1p",
+        "cross_layers": 2,
+        "cross_rank": None,
+    }
+    sharded = build_model(["row_wise", "replicated"], 0, 1, kind="dcn_v2", **args)
+    whole = build_model(["replicated", "replicated"], 0, 1, kind="dcn_v2", **args)
+    assert isinstance(sharded, ShardedDLRM) and isinstance(sharded, DCNv2) and type(whole) is DCNv2
+    assert list(sharded.state_dict()) == list(whole.state_dict())
+    pairs = zip(sharded.state_dict().values(), whole.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    sparse, dense = torch.tensor([[1, 2], [9, 19]]), torch.tensor([[0.5, 3.0], [float("nan"), 1.0]])
+    with torch.no_grad():
+        assert torch.equal(sharded(sparse, dense), whole(sparse, dense))

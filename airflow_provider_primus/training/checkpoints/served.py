@@ -1,6 +1,7 @@
 """A published snapshot as a model ready to score, built from what the snapshot itself records.
 
-A snapshot's ``model.pt`` holds weights only; how to call them — the table sizes, the MLP widths,
+A snapshot's ``model.pt`` holds weights only; how to call them — the model's kind (``dlrm``,
+``dcn_v2`` and its cross network), the table sizes, the MLP widths,
 the feature columns in the order the model takes them, and what the model does to its dense values
 (``model.dense_transform``) — is written beside them in the manifest's ``model`` record by the
 trainer that published it. A serving host that rebuilt the model from its own copy of the training
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from airflow_provider_primus.training.dlrm import DLRM
+from airflow_provider_primus.training.model_kinds import DEFAULT_KIND, model_class, recorded_arguments
 
 __all__ = ["MODEL_RECORD", "model_record", "served_model"]
 
@@ -35,12 +37,14 @@ class PublishedSnapshot(Protocol):
 
 
 def model_record(
-    model_args: Mapping[str, Any], sparse: Sequence[str], dense: Sequence[str]
+    model_args: Mapping[str, Any], sparse: Sequence[str], dense: Sequence[str], kind: str = DEFAULT_KIND
 ) -> dict[str, Any]:
-    """The manifest's ``model`` record: the DLRM's arguments (the seed aside: the weights replace
-    what it draws) and the feature columns, in the order of the model's inputs."""
+    """The manifest's ``model`` record: the model's kind, its arguments (the seed aside: the weights
+    replace what it draws) and the feature columns, in the order of the model's inputs."""
     return {
         **{key: model_args[key] for key in _ARCHITECTURE},
+        "type": kind,
+        **recorded_arguments(kind, dict(model_args)),
         "sparse": list(sparse),
         "dense": list(dense),
     }
@@ -57,6 +61,9 @@ def served_model(snapshot: PublishedSnapshot) -> DLRM:
             "spec it was trained with, model.dense_transform included"
         )
     assert isinstance(record, dict)  # for mypy: checked above
-    model = DLRM(**{key: record[key] for key in _ARCHITECTURE})
+    kind = str(record.get("type", DEFAULT_KIND))  # recorded before kinds existed: a DLRM
+    model = model_class(kind)(
+        **{key: record[key] for key in _ARCHITECTURE}, **recorded_arguments(kind, record)
+    )
     model.load_state_dict(snapshot.load_state())
     return model.eval()

@@ -59,3 +59,38 @@ def test_a_snapshot_without_a_model_record_is_refused(tmp_path: Path) -> None:
         ValueError, match=r"model version 1: .* lacks \['num_embeddings'.*dense_transform included"
     ):
         served_model(snapshot)
+
+
+def test_a_dcn_v2_snapshot_is_served_as_the_cross_network_it_records(tmp_path: Path) -> None:
+    from airflow_provider_primus.training.dcn_v2 import DCNv2
+
+    args: dict[str, Any] = {**ARGS, "seed": 7, "dense_transform": "log1p", "cross_layers": 2, "cross_rank": 3}
+    model = DCNv2(**args)
+    record = model_record(args, ["user", "item"], ["price", "count"], "dcn_v2")
+    assert (record["type"], record["cross_layers"], record["cross_rank"]) == ("dcn_v2", 2, 3)
+    Publisher(tmp_path).publish(model.state_dict(), {"model": record})
+    snapshot = latest_snapshot(tmp_path)
+    assert snapshot is not None
+    served = served_model(snapshot)
+    assert isinstance(served, DCNv2)
+    sparse, dense = raw_rows()
+    with torch.no_grad():
+        assert torch.equal(served(sparse, dense), model.eval()(sparse, dense))
+
+
+def test_a_record_without_a_type_is_a_dlrm_and_an_unknown_type_is_refused(tmp_path: Path) -> None:
+    from airflow_provider_primus.training.model_kinds import UnknownModelKindError
+
+    args: dict[str, Any] = {**ARGS, "seed": 7, "dense_transform": "log1p"}
+    record = model_record(args, ["user", "item"], ["price", "count"])
+    del record["type"]  # published before model kinds were recorded
+    Publisher(tmp_path / "old").publish(DLRM(**args).state_dict(), {"model": record})
+    old = latest_snapshot(tmp_path / "old")
+    assert old is not None and type(served_model(old)) is DLRM
+    Publisher(tmp_path / "new").publish(DLRM(**args).state_dict(), {"model": {**record, "type": "mamba"}})
+    new = latest_snapshot(tmp_path / "new")
+    assert new is not None
+    with pytest.raises(
+        UnknownModelKindError, match="unknown model type 'mamba'; this version builds dlrm, dcn_v2"
+    ):
+        served_model(new)

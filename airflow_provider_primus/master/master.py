@@ -85,7 +85,7 @@ class Master:
         self.wake = threading.Event()
         self.events = EventLog(store, name)
         self.pass_times: deque[float] = deque(maxlen=1000)  # seconds per reconcile pass (benchmarks)
-        resumed = Resumed.take_over(name, record.job_status)
+        resumed = Resumed.take_over(name, record.status)
         previous = resumed.status
         self.phase, self.message, self.suspended = previous.phase, "", previous.suspended
         self.applied: dict[str, Any] = dict(previous.applied)

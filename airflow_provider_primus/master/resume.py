@@ -10,6 +10,8 @@ they keep.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,15 +20,29 @@ from airflow_provider_primus.master.publish import JobEndedError, refuse_second_
 
 __all__ = ["Resumed"]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Resumed:
     status: JobStatus
 
     @classmethod
-    def take_over(cls, job: str, status: JobStatus) -> Resumed:
+    def take_over(cls, job: str, stored: Mapping[str, Any]) -> Resumed:
         """Refuses a job that has already ended, and one whose previous master still runs (one
-        writer per status)."""
+        writer per status).
+
+        A part of the stored status that does not fit this version's contract (written by another
+        version, or edited by hand) is left behind with a warning naming it, never the reason a
+        master cannot start: the rest is still the job's memory, and this master rewrites the whole
+        status at its first pass."""
+        status, dropped = JobStatus.salvage(stored)
+        if dropped:
+            log.warning(
+                "job %s: the stored status's %s did not fit the status contract and are not taken over",
+                job,
+                ", ".join(dropped),
+            )
         if status.phase.terminal:
             raise JobEndedError(job, status.phase.value)
         refuse_second_master(job, status.master)

@@ -12,8 +12,12 @@ of life, each pass:
 Silent for its role's ``failover.hang_timeout_s`` (data 30 s, trainer 60 s unless set), it is hung.
 The clock starts at its first sign of life: starting (a pod pulling its image, a trainer importing
 torch) is the backend's to judge, not a hang. An executor adopted by a restarted master counts as
-seen at the adoption. What is done with a hung executor (event, fence, kill, restart) is the
-master's.
+seen at the adoption, and until it first shows life to this master it is given the job's
+``data_service.master_grace_s`` if that is longer than its timeout: it keeps retrying the master that
+long, and on a cluster it learns the new master's address only as fast as the backend delivers it
+(a pod's downward-API file is refreshed on the kubelet's sync period, a minute by default), so a
+healthy executor is not replaced for reconnecting at the pace its own grace allows. What is done
+with a hung executor (event, fence, kill, restart) is the master's.
 """
 
 from __future__ import annotations
@@ -44,8 +48,12 @@ class Liveness:
     ) -> None:
         self.job, self.clock = job, clock
         now = clock()
+        adopted = list(adopted)
         # service name -> when it last showed life (heartbeat, lease call, report)
         self._seen: dict[str, float] = {e.service_name: now for e in adopted}
+        # service name -> until when an adopted executor may still be finding this master
+        rejoin = job.spec.data_service.master_grace_s
+        self._rejoin: dict[str, float] = {e.service_name: now + rejoin for e in adopted}
         # service name -> since when it has held nothing, not asked, while work waited
         self._starved: dict[str, float] = {}
 
@@ -85,17 +93,20 @@ class Liveness:
                 if report is not None:
                     self._note(name, float(report[0]))
             seen = self._seen.get(name)
-            if seen is not None and now - seen > timeout:
+            if seen is not None and now - seen > timeout and now > self._rejoin.get(name, 0.0):
                 what = "heartbeat" if ex.role == "data" else "report"
                 hung.append(Hang(ex, f"no {what} for {timeout:g} s", now - seen))
         names = {e.service_name for e in running}
-        for known in (self._seen, self._starved):
+        for known in (self._seen, self._starved, self._rejoin):
             for name in [n for n in known if n not in names]:
                 del known[name]
         return hung
 
     def _note(self, name: str, seen: float) -> None:
-        """Keep the newest sign: the dispatcher forgets an executor it reaped or a rewind replaced."""
+        """Keep the newest sign: the dispatcher forgets an executor it reaped or a rewind replaced.
+        A sign from before this master adopted it (an old report) does not end its rejoin grace."""
+        if name in self._rejoin and seen > self._seen.get(name, seen):
+            del self._rejoin[name]  # it found this master: its own timeout applies from now
         self._seen[name] = max(seen, self._seen.get(name, seen))
 
     def _starving(

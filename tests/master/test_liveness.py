@@ -124,3 +124,39 @@ def test_a_data_executor_that_asks_for_no_work_while_work_waits_is_hung_and_repl
     assert executor(record, "data-0")["incarnation"] == 1
     assert executor(record, "data-0")["restarts"] == 1
     assert_exactly_once(job_world)  # what it had leased and served went to its replacement once
+
+
+def test_an_adopted_executor_has_the_masters_grace_to_find_its_successor() -> None:
+    """A restarted master adopts running executors that must first learn its address (on a cluster,
+    from a downward-API file the kubelet refreshes on its own period): until one shows life to this
+    master it is hung only after ``data_service.master_grace_s`` (when longer than its timeout, as the
+    executor itself waits that long); once it has, its role's timeout applies again."""
+    from airflow_provider_primus.contracts.job import validate_job_spec
+    from airflow_provider_primus.master.executors import Executor
+    from airflow_provider_primus.master.liveness import Liveness
+    from airflow_provider_primus.resources.backend import Allotment
+
+    job = validate_job_spec(
+        {
+            "apiVersion": "primus.dev/v1alpha1",
+            "kind": "PrimusJob",
+            "metadata": {"name": "job"},
+            "spec": {"data": "data.yaml", "data_service": {"master_grace_s": 90.0}},
+        }
+    )
+    now = [1000.0]
+    data = [Executor(Handle(f"data-{i}", "data", i, Allotment(1.0, 2**30))) for i in range(2)]
+    trainer = Executor(Handle("trainer-0", "trainer", 0, Allotment(1.0, 2**30)))
+    liveness = Liveness(job, adopted=[*data, trainer], clock=lambda: now[0])
+
+    def hung_after(seconds: float, data_signs: dict[str, dict[str, float | int]]) -> set[str]:
+        now[0] = 1000.0 + seconds
+        return {h.executor.name for h in liveness.check([*data, trainer], data_signs, {}, work_waiting=True)}
+
+    assert hung_after(45, {}) == set()  # past data's 30 s and nothing yet: still rejoining
+    # data-1 finds this master at 50 s; from then on its own 30 s apply.
+    joined = {"data-1.0": {"seen": 1050.0, "asked": 1050.0, "holds": 1}}
+    assert hung_after(50, joined) == set()
+    assert hung_after(85, joined) == {"data-1"}
+    # data-0 never shows up: hung once the grace is over, as is the silent trainer (60 s < 90 s).
+    assert hung_after(91, joined) == {"data-0", "data-1", "trainer-0"}

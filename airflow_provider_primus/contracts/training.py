@@ -9,10 +9,12 @@ with (``check_against``) so a source named here that the data does not define is
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, Strict, ValidationError, model_validator
+from pydantic import AfterValidator, Field, Strict, ValidationError, model_validator
 
 from airflow_provider_primus.contracts.base import (
     BatchRows,
@@ -49,7 +51,20 @@ NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 
 TableSharding = Literal["replicated", "row_wise"]
 DenseTransform = Literal["log1p", "none"]
-ModelType = Literal["dlrm", "dcn_v2"]
+ModelType = Literal["dlrm", "dcn_v2", "python"]
+# A user model's factory, ``package.module:factory`` (training/entrypoint.py checks it can be built).
+ENTRYPOINT_FORM = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def _entrypoint(value: str) -> str:
+    if not ENTRYPOINT_FORM.match(value):
+        raise ValueError(f"expected 'package.module:factory', got {value!r}")
+    return value
+
+
+Entrypoint = Annotated[str, Strict(), AfterValidator(_entrypoint)]
+# What only the built-in kinds read: a python model is given the schema and its options instead.
+BUILT_IN_ONLY = ("bottom_mlp", "top_mlp", "dense_transform")
 MAX_CROSS_LAYERS = 16
 CrossLayers = Annotated[int, Strict(), Field(ge=1, le=MAX_CROSS_LAYERS)]
 
@@ -61,6 +76,10 @@ class Model(StrictModel):
     interactions, a top MLP) or ``dcn_v2`` (the same embeddings and bottom MLP with a cross network
     of ``cross_layers`` layers in place of the dot interaction, full-rank or of rank ``cross_rank``:
     the MLPerf DLRM-dcnv2 reference's structure, training/dcn_v2.py).
+
+    ``python`` is the user's own ``torch.nn.Module``: ``entrypoint`` names its factory
+    (``package.module:factory``), called with the feature schema and ``options`` (free-form, passed as
+    they are; JSON values) and held to the model protocol (training/protocol.py, docs/models.md).
 
     ``buckets`` overrides a sparse column's table size; by default it is the column's
     ``hash_bucket`` in the data schema, which is what bounds its IDs.
@@ -88,11 +107,13 @@ class Model(StrictModel):
     type: ModelType = "dlrm"
     cross_layers: CrossLayers | None = None  # dcn_v2 only; unset: 3, the reference's depth
     cross_rank: Width | None = None  # dcn_v2 only; unset: full-rank
+    entrypoint: Entrypoint | None = None  # python only
+    options: dict[NonEmptyStr, Any] = Field(default_factory=dict)  # python only
 
     @model_validator(mode="after")
     def _bottom_ends_at_embedding_dim(self) -> Model:
         issues: list[tuple[tuple[str, ...], str]] = []
-        if self.bottom_mlp and self.bottom_mlp[-1] != self.embedding_dim:
+        if self.type != "python" and self.bottom_mlp and self.bottom_mlp[-1] != self.embedding_dim:
             issues.append(
                 (
                     ("bottom_mlp",),
@@ -106,9 +127,40 @@ class Model(StrictModel):
                     issues.append(
                         ((name,), f"belongs to type dcn_v2 (the cross network); type is {self.type}")
                     )
+        issues.extend(self._python_issues())
         if issues:
             raise_issues(issues)
         return self
+
+    def _python_issues(self) -> list[tuple[tuple[str, ...], str]]:
+        """A python model's own fields, and the built-in kinds' fields it would silently ignore."""
+        issues: list[tuple[tuple[str, ...], str]] = []
+        if self.type != "python":
+            for name in ("entrypoint", "options"):
+                if name in self.model_fields_set and getattr(self, name):
+                    issues.append(((name,), f"belongs to type python (your own model); type is {self.type}"))
+            return issues
+        if self.entrypoint is None:
+            issues.append((("entrypoint",), "type python needs entrypoint: 'package.module:factory'"))
+        for name in BUILT_IN_ONLY:
+            if name in self.model_fields_set:
+                issues.append(
+                    ((name,), "belongs to the built-in models; a python model is configured by its options")
+                )
+        row_wise = sorted(c for c, how in self.sharding.items() if how == "row_wise")
+        if row_wise:
+            issues.append(
+                (
+                    ("sharding",),
+                    f"row_wise tables ({', '.join(row_wise)}) are for the built-in models; a python "
+                    "model's tables are replicated on every trainer",
+                )
+            )
+        try:
+            json.dumps(self.options, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            issues.append((("options",), f"must hold JSON values (strings, numbers, lists, maps): {exc}"))
+        return issues
 
 
 class SparseOptimizer(StrictModel):

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.contracts.data import PrimusData
 from airflow_provider_primus.contracts.errors import SpecError, SpecIssue
 from airflow_provider_primus.contracts.job import PrimusJob, validate_job_spec
 from airflow_provider_primus.contracts.loader import load_data_spec, load_training_spec, read_document
-from airflow_provider_primus.contracts.training import check_against, default_training
+from airflow_provider_primus.contracts.training import PrimusTraining, check_against, default_training
 from airflow_provider_primus.credentials import new_token, read_token_file, write_token_file
 from airflow_provider_primus.master.store import JobRecord, JobStore, SqliteJobStore
 from airflow_provider_primus.paths import primus_home
@@ -70,6 +71,22 @@ def read_job_ca(name: str, home: Path | None = None) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
+def _user_model_issues(training: PrimusTraining, data: PrimusData) -> list[SpecIssue]:
+    """A python model built and run once on a synthetic batch, in a child process, before anything is
+    launched: an entrypoint that does not import or breaks the protocol is refused here, by name."""
+    # torch is imported only for a job that trains a python model.
+    from airflow_provider_primus.training.entrypoint import EntrypointError, check_in_child
+    from airflow_provider_primus.training.user_model import feature_schema
+
+    model = training.spec.model
+    assert model.entrypoint is not None  # the contract requires it for this type
+    try:
+        check_in_child(model.entrypoint, feature_schema(training, data), model.options)
+    except EntrypointError as exc:
+        return [SpecIssue("spec.training", str(exc))]
+    return []
+
+
 def load_job(
     document: Mapping[str, Any], base: Path, store_kind: str = "local"
 ) -> tuple[PrimusJob, dict[str, Any]]:
@@ -96,6 +113,8 @@ def load_job(
         check_against(training, data)  # its issues are the training document's to fix
     except SpecError as exc:
         raise referenced("spec.training", exc) from None
+    if training.spec.model.type == "python":
+        issues.extend(_user_model_issues(training, data))
     files = [s for s in data.spec.sources if s.type == "files"]
     if spec.roles.evaluator is not None:
         issues.append(

@@ -18,11 +18,18 @@ import torch
 from airflow_provider_primus.contracts.data import PrimusData
 from airflow_provider_primus.contracts.training import PrimusTraining, table_sizes
 from airflow_provider_primus.training.checkpoints.served import model_record
-from airflow_provider_primus.training.dlrm import DLRM
 from airflow_provider_primus.training.gpu import Placement, place_model, placement_for
 from airflow_provider_primus.training.model_kinds import kind_arguments
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.sharding import build_model, sharding_plan
+from airflow_provider_primus.training.trainable import Trainable
+from airflow_provider_primus.training.user_model import (
+    PYTHON_KIND,
+    UserModel,
+    build_user_model,
+    feature_schema,
+    user_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +38,7 @@ __all__ = ["AssembledModel", "assemble_model"]
 
 @dataclass
 class AssembledModel:
-    model: DLRM
+    model: Trainable
     record: dict[str, Any]  # published with every snapshot: a serving host builds the same model
     placement: Placement
     optim: Optimizers
@@ -51,10 +58,46 @@ def assemble_model(
     feature columns, in the order of the model's inputs."""
     spec = training.spec
     sparse_cols, dense_cols = columns
-    sizes = table_sizes(training, data)
     # Sparse Adagrad builds COO gradients torch cannot cheaply validate; we opt out explicitly
     # (the default) rather than let every step warn about it.
     torch.sparse.check_sparse_tensor_invariants.disable()  # type: ignore[no-untyped-call]
+    model: Trainable
+    if spec.model.type == PYTHON_KIND:
+        assert spec.model.entrypoint is not None  # the contract requires it for this type
+        schema = feature_schema(training, data)
+        model = build_user_model(spec.model.entrypoint, schema, spec.model.options, spec.seed)
+        record = user_record(spec.model.entrypoint, spec.model.options, schema, sparse_cols, dense_cols)
+    else:
+        model, record = _built_in(training, data, columns=(sparse_cols, dense_cols), rank=rank, world=world)
+    placement = placement_for(model, device, spec.optimizer.sparse.type, spec.optimizer.dense.type)
+    if placement.dense != placement.embeddings and isinstance(model, UserModel):
+        # A user's module moves as one: its tables cannot stay behind on the host.
+        host = torch.device("cpu")
+        placement = Placement(host, host, f"{placement.reason}; a python model moves as one module: the host")
+    log.info("model placement: %s", placement.reason)
+    place_model(model, placement)
+    optim = Optimizers(
+        model,
+        sparse=spec.optimizer.sparse.type,
+        sparse_lr=spec.optimizer.sparse.lr,
+        dense=spec.optimizer.dense.type,
+        dense_lr=spec.optimizer.dense.lr,
+    )
+    return AssembledModel(model, record, placement, optim)
+
+
+def _built_in(
+    training: PrimusTraining,
+    data: PrimusData,
+    *,
+    columns: tuple[Sequence[str], Sequence[str]],
+    rank: int,
+    world: int,
+) -> tuple[Trainable, dict[str, Any]]:
+    """A built-in kind (each table replicated or row-wise per ``model.sharding``), and its record."""
+    spec = training.spec
+    sparse_cols, dense_cols = columns
+    sizes = table_sizes(training, data)
     model_args: dict[str, Any] = {
         "num_embeddings": [sizes[c] for c in sparse_cols],
         "num_dense": len(dense_cols),
@@ -68,15 +111,4 @@ def assemble_model(
     kind = spec.model.type
     # Each table replicated or row-wise per the spec's model.sharding (training/sharding.py).
     model = build_model(sharding_plan(spec.model.sharding, sparse_cols), rank, world, kind=kind, **model_args)
-    # Dense layers on the GPU, the tables too when they fit (training/gpu.py).
-    placement = placement_for(model, device, spec.optimizer.sparse.type, spec.optimizer.dense.type)
-    log.info("model placement: %s", placement.reason)
-    place_model(model, placement)
-    optim = Optimizers(
-        model,
-        sparse=spec.optimizer.sparse.type,
-        sparse_lr=spec.optimizer.sparse.lr,
-        dense=spec.optimizer.dense.type,
-        dense_lr=spec.optimizer.dense.lr,
-    )
-    return AssembledModel(model, model_record(model_args, sparse_cols, dense_cols, kind), placement, optim)
+    return model, model_record(model_args, sparse_cols, dense_cols, kind)

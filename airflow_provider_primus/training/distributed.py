@@ -125,7 +125,7 @@ class Group:
 
     def _sum_gradients(self, model: torch.nn.Module) -> None:
         for module in model.modules():
-            if isinstance(module, torch.nn.EmbeddingBag) and module.sparse:
+            if isinstance(module, torch.nn.EmbeddingBag | torch.nn.Embedding) and module.sparse:
                 weight = module.weight
                 if weight.grad is None:
                     weight.grad = torch.sparse_coo_tensor(

@@ -23,6 +23,8 @@ from typing import cast
 import torch
 from torch import nn
 
+from airflow_provider_primus.training.trainable import Trainable
+
 __all__ = ["DENSE_TRANSFORMS", "DLRM", "dense_input", "device_for", "embedding_table", "init_bound"]
 
 # The training contract's ``model.dense_transform`` choices (contracts/training.py), default first.
@@ -102,7 +104,7 @@ def _positive(name: str, values: Sequence[int]) -> None:
         raise ValueError(f"{name} must all be >= 1, got {list(values)}")
 
 
-class DLRM(nn.Module):
+class DLRM(Trainable):
     """Click-through logits from sparse IDs ``[n, n_sparse]`` and dense features ``[n, n_dense]``.
 
     With ``num_dense == 0`` there is no bottom MLP (``bottom_mlp`` is ignored, so one config can
@@ -189,10 +191,6 @@ class DLRM(nn.Module):
 
     def embedding_parameters(self) -> list[nn.Parameter]:
         return [cast(nn.Parameter, bag.weight) for bag in self.embeddings]
-
-    def dense_parameters(self) -> list[nn.Parameter]:
-        embedding_ids = {id(p) for p in self.embedding_parameters()}
-        return [p for p in self.parameters() if id(p) not in embedding_ids]
 
     def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         if sparse.dim() != 2 or sparse.shape[1] != self.num_sparse:

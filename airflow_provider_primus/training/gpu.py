@@ -33,7 +33,8 @@ import torch
 import torch.distributed as dist
 
 from airflow_provider_primus.data.tensors import TensorBatch
-from airflow_provider_primus.training.dlrm import DLRM, device_for
+from airflow_provider_primus.training.dlrm import device_for
+from airflow_provider_primus.training.trainable import Trainable
 
 __all__ = [
     "BatchStager",
@@ -86,7 +87,9 @@ class Footprint:
     dense_bytes: int  # MLPs + dense gradients + their optimizer state
 
 
-def footprint(model: DLRM, sparse_optimizer: str = "adagrad", dense_optimizer: str = "adam") -> Footprint:
+def footprint(
+    model: Trainable, sparse_optimizer: str = "adagrad", dense_optimizer: str = "adam"
+) -> Footprint:
     tables = sum(p.numel() * p.element_size() for p in model.embedding_parameters())
     dense = sum(p.numel() * p.element_size() for p in model.dense_parameters())
     return Footprint(
@@ -130,7 +133,7 @@ def place(device: torch.device, need: Footprint, free_bytes: int, total_bytes: i
 
 
 def placement_for(
-    model: DLRM, device: torch.device, sparse_optimizer: str, dense_optimizer: str
+    model: Trainable, device: torch.device, sparse_optimizer: str, dense_optimizer: str
 ) -> Placement:
     """:func:`place` with the GPU's memory measured now (before the model is moved to it)."""
     need = footprint(model, sparse_optimizer, dense_optimizer)
@@ -140,7 +143,7 @@ def placement_for(
     return place(device, need, free, total)
 
 
-def place_model(model: DLRM, placement: Placement) -> DLRM:
+def place_model(model: Trainable, placement: Placement) -> Trainable:
     """Move the dense layers and the tables to their devices. The tables move separately, so tables
     that stay on the host are never copied to the GPU on the way (they would not fit)."""
     for name, child in model.named_children():

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from airflow_provider_primus.training.dlrm import DLRM
+from airflow_provider_primus.training.trainable import Trainable
 
 __all__ = ["DENSE_OPTIMIZERS", "SPARSE_OPTIMIZERS", "Optimizers"]
 
@@ -46,7 +46,7 @@ class Optimizers:
 
     def __init__(
         self,
-        model: DLRM,
+        model: Trainable,
         *,
         sparse: str = "adagrad",
         sparse_lr: float = 0.05,
@@ -67,13 +67,15 @@ class Optimizers:
         self.sparse: torch.optim.Optimizer | None = (
             sparse_factory(embedding_params, sparse_lr) if embedding_params else None
         )
-        self.dense: torch.optim.Optimizer = dense_factory(model.dense_parameters(), dense_lr)
+        # Likewise a model of tables alone (a user's factorization machine, say) has no dense side.
+        dense_params = model.dense_parameters()
+        self.dense: torch.optim.Optimizer | None = (
+            dense_factory(dense_params, dense_lr) if dense_params else None
+        )
 
     def _pairs(self) -> list[tuple[torch.optim.Optimizer, float]]:
-        pairs = [(self.dense, self.dense_lr)]
-        if self.sparse is not None:
-            pairs.insert(0, (self.sparse, self.sparse_lr))
-        return pairs
+        pairs = [(self.sparse, self.sparse_lr), (self.dense, self.dense_lr)]
+        return [(optimizer, lr) for optimizer, lr in pairs if optimizer is not None]
 
     def zero_grad(self) -> None:
         # set_to_none: accumulating into an existing sparse gradient would coalesce on every step.
@@ -98,7 +100,7 @@ class Optimizers:
             "sparse_name": self.sparse_name,
             "dense_name": self.dense_name,
             "sparse": None if self.sparse is None else self.sparse.state_dict(),
-            "dense": self.dense.state_dict(),
+            "dense": None if self.dense is None else self.dense.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -111,6 +113,9 @@ class Optimizers:
             )
         if (state["sparse"] is None) != (self.sparse is None):
             raise ValueError("state and model disagree on whether the model has sparse features")
+        if (state["dense"] is None) != (self.dense is None):
+            raise ValueError("state and model disagree on whether the model has dense parameters")
         if self.sparse is not None:
             self.sparse.load_state_dict(state["sparse"])
-        self.dense.load_state_dict(state["dense"])
+        if self.dense is not None:
+            self.dense.load_state_dict(state["dense"])

@@ -20,13 +20,13 @@ from airflow_provider_primus.contracts.training import STREAM_DENSE_LR_MULTIPLIE
 from airflow_provider_primus.data.event_time import implausible, iso, now_ms, unit_hint
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.training.distributed import Group
-from airflow_provider_primus.training.dlrm import DLRM
 from airflow_provider_primus.training.feeds.replay import is_replay, replayed_source
 from airflow_provider_primus.training.gpu import BatchStager, Placement
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.sharding import exchanges_rows
 from airflow_provider_primus.training.summary import TrainMetrics
+from airflow_provider_primus.training.trainable import Trainable
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class Updater:
 
     def _no_rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """An empty step on the model's devices: a trainer without rows still joins the exchanges."""
-        placement, model = self.stager.placement, cast(DLRM, self.model)
+        placement, model = self.stager.placement, cast(Trainable, self.model)
         return (
             torch.zeros((0, model.num_sparse), dtype=torch.int64, device=placement.embeddings),
             torch.zeros((0, model.num_dense), dtype=torch.float32, device=placement.dense),

@@ -251,3 +251,31 @@ def test_a_window_names_a_files_source_of_the_data() -> None:
             window_source(data, given)
         assert messages(exc) == message
     assert window_source(load_data_spec(EXAMPLE / "primus-data.yaml"), None) == "history"
+
+
+def test_a_python_model_names_its_factory_and_keeps_its_options_as_given() -> None:
+    model = {"type": "python", "entrypoint": "acme.models:build", "options": {"tower": [32, 16], "name": "x"}}
+    spec = load_training_spec(doc(model=model)).spec.model
+    assert (spec.type, spec.entrypoint, spec.options) == ("python", "acme.models:build", model["options"])
+
+
+@pytest.mark.parametrize(
+    ("model", "path", "says"),
+    [
+        ({"type": "python"}, "spec.model.entrypoint", "needs entrypoint: 'package.module:factory'"),
+        ({"type": "python", "entrypoint": "acme.models"}, "spec.model.entrypoint",
+         "expected 'package.module:factory', got 'acme.models'"),
+        ({"entrypoint": "acme.models:build"}, "spec.model.entrypoint", "belongs to type python"),
+        ({"options": {"a": 1}}, "spec.model.options", "belongs to type python"),
+        ({"type": "python", "entrypoint": "a:b", "top_mlp": [8]}, "spec.model.top_mlp",
+         "belongs to the built-in models"),
+        ({"type": "python", "entrypoint": "a:b", "sharding": {"user_id": "row_wise"}}, "spec.model.sharding",
+         "row_wise tables (user_id) are for the built-in models"),
+        ({"type": "python", "entrypoint": "a:b", "options": {"x": float("nan")}}, "spec.model.options",
+         "must hold JSON values"),
+    ],
+)  # fmt: skip
+def test_a_python_models_fields_are_checked_by_name(model: dict[str, Any], path: str, says: str) -> None:
+    with pytest.raises(SpecError) as exc:
+        load_training_spec(doc(model=model))
+    assert path in messages(exc) and says in messages(exc)

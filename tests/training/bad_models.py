@@ -67,3 +67,21 @@ def detached(schema: FeatureSchema, options: dict[str, Any]) -> nn.Module:
 
 def exits(schema: FeatureSchema, options: dict[str, Any]) -> nn.Module:
     raise SystemExit(3)  # user code that ends the process it runs in
+
+
+class _FailsOnRealBatches(nn.Module):
+    """Passes the check (4 synthetic rows) and raises on the first real batch: a bug the check cannot
+    see, which must fail the job with this frame in its status, not restart it forever."""
+
+    def __init__(self, schema: FeatureSchema) -> None:
+        super().__init__()
+        self.inner = _Linear(schema)
+
+    def forward(self, features: Features) -> torch.Tensor:
+        if len(features) > 4:
+            raise IndexError(f"batch of {len(features)} rows is larger than this model's buffer")
+        return self.inner(features).squeeze(1)
+
+
+def fails_on_real_batches(schema: FeatureSchema, options: dict[str, Any]) -> nn.Module:
+    return _FailsOnRealBatches(schema)

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from airflow_provider_primus.training.dlrm import DLRM
 from airflow_provider_primus.training.model_kinds import DEFAULT_KIND, model_class, recorded_arguments
+from airflow_provider_primus.training.trainable import Trainable
+from airflow_provider_primus.training.user_model import PYTHON_KIND, user_model_from_record
 
 __all__ = ["MODEL_RECORD", "model_record", "served_model"]
 
@@ -50,9 +51,14 @@ def model_record(
     }
 
 
-def served_model(snapshot: PublishedSnapshot) -> DLRM:
+def served_model(snapshot: PublishedSnapshot) -> Trainable:
     """The published model, on the CPU, in eval mode, its weights checked against the manifest."""
     record = snapshot.manifest.get(MODEL_RECORD)
+    if isinstance(record, dict) and record.get("type") == PYTHON_KIND:
+        # The user's module, built from the recorded entrypoint, options and schema.
+        user = user_model_from_record(record)
+        user.load_state_dict(snapshot.load_state())
+        return user.eval()
     missing = [k for k in _ARCHITECTURE if not isinstance(record, dict) or k not in record]
     if missing:
         raise ValueError(

@@ -26,7 +26,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -35,6 +35,7 @@ from airflow_provider_primus.training.checkpoints.files import CheckpointError, 
 from airflow_provider_primus.training.dlrm import DLRM
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.sharding import RowWiseTable, row_bounds, row_wise_tables
+from airflow_provider_primus.training.trainable import Trainable
 
 __all__ = ["load_model_state", "model_state", "prune_shards", "shard_path"]
 
@@ -67,7 +68,7 @@ def _param_state(optim: Optimizers, param: nn.Parameter) -> dict[str, Any]:
     }
 
 
-def model_state(model: DLRM, optim: Optimizers, store: object, step: int) -> dict[str, Any]:
+def model_state(model: Trainable, optim: Optimizers, store: object, step: int) -> dict[str, Any]:
     """The model's part of the step's main checkpoint (``model``, ``optim`` and, with row-wise
     tables, ``sharding``), after writing this trainer's shard file. Every trainer calls it; only
     rank 0's return value is meant to be saved. Without row-wise tables it writes nothing and
@@ -203,7 +204,7 @@ def _is_rows_slice(value: Any, dim: int) -> bool:
 
 
 def load_model_state(
-    model: DLRM, optim: Optimizers, state: Mapping[str, Any], store: object, step: int
+    model: Trainable, optim: Optimizers, state: Mapping[str, Any], store: object, step: int
 ) -> None:
     """Restore the model and its optimizers from the step's main checkpoint ``state`` and, for
     tables that are row-wise now or were when saved, from the rows this trainer owns now."""
@@ -230,7 +231,7 @@ def load_model_state(
     params = model.embedding_parameters()
     for j in moved:
         param = params[j]
-        table = model.embeddings[j]
+        table = cast(DLRM, model).embeddings[j]  # only a built-in model has row-wise tables
         rows = table.num_embeddings if isinstance(table, RowWiseTable) else param.shape[0]
         lo, hi = (table.start, table.end) if isinstance(table, RowWiseTable) else (0, rows)
         weight, opt = saved.rows(j, rows, param.shape[1], lo, hi)

@@ -1,0 +1,178 @@
+"""A user's own model (``model.type: python``) trained by the product's runtime.
+
+The user's module speaks the model protocol (training/protocol.py: ``forward(Features) -> [B]``);
+the runtime speaks ``model(sparse, dense)`` (training/trainable.py). :class:`UserModel` is the adapter:
+one ``Features`` record per step around the tensors the stager has already placed, nothing copied,
+so a user model trains on the built-in models' hot path, with their optimizers, checkpoints, several
+trainers and publishing.
+
+A snapshot's record (:func:`user_record`) names the entrypoint, its options, the feature schema
+and the version of the package that provided the factory, so a serving host builds the module that
+was trained (:func:`user_model_from_record`) rather than whatever its own job document says now.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from airflow_provider_primus.contracts.data import PrimusData
+from airflow_provider_primus.contracts.training import PrimusTraining, feature_columns, table_sizes
+from airflow_provider_primus.errors import TerminalError
+from airflow_provider_primus.training.entrypoint import build_model
+from airflow_provider_primus.training.protocol import (
+    PROTOCOL_VERSION,
+    Features,
+    FeatureSchema,
+    SparseFeature,
+    split_parameters,
+)
+from airflow_provider_primus.training.trainable import Trainable
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "PYTHON_KIND",
+    "UserModel",
+    "UserModelError",
+    "build_user_model",
+    "feature_schema",
+    "package_of",
+    "user_model_from_record",
+    "user_record",
+]
+
+PYTHON_KIND = "python"
+_FRAMES = 3  # the user's innermost frames an error carries (a status line holds ~500 characters)
+_OURS = (Path(torch.__file__).resolve().parent, Path(__file__).resolve().parents[1])
+
+
+class UserModelError(TerminalError):
+    """The user's model raised, or broke the protocol, while training. The same rows would do it
+    again after a restart, so the job fails at once with the user's own frames in its status and
+    events instead of spending its restarts in a crash loop."""
+
+
+def feature_schema(training: PrimusTraining, data: PrimusData) -> FeatureSchema:
+    """What the factory is told about the data: the sparse columns with their table sizes (the
+    ``buckets`` override, else the hash bucket count), the dense columns, the embedding width."""
+    sparse, dense = feature_columns(data)
+    sizes = table_sizes(training, data)
+    return FeatureSchema(
+        sparse=tuple(SparseFeature(name=c, num_embeddings=sizes[c]) for c in sparse),
+        dense=tuple(dense),
+        embedding_dim=training.spec.model.embedding_dim,
+    )
+
+
+def user_frames(exc: BaseException) -> str:
+    """``Type: message (at file.py:42 in forward; …)`` with the innermost frames that are neither
+    torch's nor this product's: where in the user's code it went wrong, on one line."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not any(Path(f.filename).resolve().is_relative_to(root) for root in _OURS)
+    ][-_FRAMES:]
+    text = " ".join(str(exc).split()) or "(no message)"
+    where = "; ".join(
+        f"{Path(f.filename).parent.name}/{Path(f.filename).name}:{f.lineno} in {f.name}" for f in frames
+    )
+    return f"{type(exc).__name__}: {text}" + (f" (at {where})" if where else "")
+
+
+class UserModel(Trainable):
+    """The user's module behind the runtime's ``model(sparse, dense)``."""
+
+    def __init__(self, module: nn.Module, schema: FeatureSchema, entrypoint: str) -> None:
+        super().__init__()
+        self.user = module
+        self.schema = schema
+        self.entrypoint = entrypoint
+        self.num_sparse = len(schema.single_hot)
+        self.num_dense = len(schema.dense)
+        self.dense_transform = "none"  # the protocol hands the dense values over raw
+        self._tables, _ = split_parameters(module)
+
+    def embedding_parameters(self) -> list[nn.Parameter]:
+        # The same Parameter objects after .to(device): modules move their parameters' data.
+        return list(self._tables)
+
+    def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        try:
+            logits = self.user(Features(sparse=sparse, dense=dense))
+        except Exception as exc:
+            raise UserModelError(f"{self.entrypoint}'s forward raised {user_frames(exc)}") from exc
+        rows = sparse.shape[0]
+        if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (rows,):
+            got = f"shape {list(logits.shape)}" if isinstance(logits, torch.Tensor) else type(logits).__name__
+            raise UserModelError(
+                f"{self.entrypoint} returned {got} for {rows} rows, expected logits of shape [B]"
+            )
+        return logits
+
+
+def build_user_model(
+    entrypoint: str, schema: FeatureSchema, options: Mapping[str, Any], seed: int
+) -> UserModel:
+    """The user's module, built with torch's generator seeded by the job's ``seed``: every trainer of
+    a group builds the same initial weights (their replicated tables must agree), and a rerun too."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = build_model(entrypoint, schema, options)
+    return UserModel(module, schema, entrypoint)
+
+
+def package_of(entrypoint: str) -> dict[str, str] | None:
+    """The installed distribution that provides the entrypoint's top-level package, and its version
+    (None when it is imported from a path rather than installed)."""
+    top = entrypoint.split(":", 1)[0].split(".", 1)[0]
+    for name in importlib.metadata.packages_distributions().get(top, []):
+        try:
+            return {"name": name, "version": importlib.metadata.version(name)}
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def user_record(
+    entrypoint: str,
+    options: Mapping[str, Any],
+    schema: FeatureSchema,
+    sparse: Sequence[str],
+    dense: Sequence[str],
+) -> dict[str, Any]:
+    """A snapshot's ``model`` record for a python model: enough to build the same module again."""
+    return {
+        "type": PYTHON_KIND,
+        "entrypoint": entrypoint,
+        "options": dict(options),
+        "schema": schema.to_dict(),
+        "package": package_of(entrypoint),
+        "protocol_version": PROTOCOL_VERSION,
+        "dense_transform": "none",
+        "sparse": list(sparse),
+        "dense": list(dense),
+    }
+
+
+def user_model_from_record(record: Mapping[str, Any]) -> UserModel:
+    """The recorded module, built in this process (its weights are loaded by the caller). A serving
+    host whose package version differs from the trained one is told so: its factory may build
+    another network, which loading the weights then refuses by name."""
+    entrypoint = str(record["entrypoint"])
+    recorded = record.get("package")
+    here = package_of(entrypoint)
+    if isinstance(recorded, dict) and here is not None and here.get("version") != recorded.get("version"):
+        log.warning(
+            "%s was trained with %s %s; this host has %s", entrypoint, recorded.get("name"),
+            recorded.get("version"), here.get("version"),
+        )  # fmt: skip
+    schema = FeatureSchema.from_dict(record["schema"])
+    return build_user_model(entrypoint, schema, record.get("options") or {}, seed=0)

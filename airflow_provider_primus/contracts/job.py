@@ -486,13 +486,27 @@ class YarnBackend(StrictModel):
         return self
 
 
+class LocalBackend(StrictModel):
+    """The Python the executors of a local job run: ``python``, the interpreter of trainers and data
+    executors (a virtual environment holding the user's packages and this provider; default: the
+    master's own), and ``paths``, folders put ahead on their import path (a user's source tree, as
+    PYTHONPATH would). Relative paths are the job file's; both are checked at submit, with a python
+    model built in that environment."""
+
+    python: NonEmptyStr | None = None
+    paths: list[NonEmptyStr] = Field(default_factory=list)
+
+
 class Backend(StrictModel):
-    """``tls``: the control API, the dispatcher and every data executor serve TLS with a certificate
+    """``local``, ``kubernetes``, ``yarn``: the settings of that backend.
+
+    ``tls``: the control API, the dispatcher and every data executor serve TLS with a certificate
     authority made for this job when it is submitted, and every client verifies it (the token stays
     the authorisation). Unset: on for Kubernetes and for a local or YARN job that listens beyond
     loopback, off for a job on 127.0.0.1 (nothing leaves the machine)."""
 
     type: Literal["local", "kubernetes", "yarn"] = "local"
+    local: LocalBackend | None = None
     kubernetes: KubernetesBackend | None = None
     yarn: YarnBackend | None = None
     tls: StrictBool | None = None

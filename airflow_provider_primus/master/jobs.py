@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_primus.contracts.data import PrimusData
 from airflow_provider_primus.contracts.errors import SpecError, SpecIssue
 from airflow_provider_primus.contracts.job import PrimusJob, validate_job_spec
 from airflow_provider_primus.contracts.loader import load_data_spec, load_training_spec, read_document
-from airflow_provider_primus.contracts.training import PrimusTraining, check_against, default_training
+from airflow_provider_primus.contracts.training import check_against, default_training
 from airflow_provider_primus.credentials import new_token, read_token_file, write_token_file
 from airflow_provider_primus.master.store import JobRecord, JobStore, SqliteJobStore
+from airflow_provider_primus.master.user_code import executor_python, user_model_issues
 from airflow_provider_primus.paths import primus_home
 from airflow_provider_primus.process import primus_command
 from airflow_provider_primus.tls import CA_FILE, JobCa
@@ -71,22 +71,6 @@ def read_job_ca(name: str, home: Path | None = None) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def _user_model_issues(training: PrimusTraining, data: PrimusData) -> list[SpecIssue]:
-    """A python model built and run once on a synthetic batch, in a child process, before anything is
-    launched: an entrypoint that does not import or breaks the protocol is refused here, by name."""
-    # torch is imported only for a job that trains a python model.
-    from airflow_provider_primus.training.entrypoint import EntrypointError, check_in_child
-    from airflow_provider_primus.training.user_model import feature_schema
-
-    model = training.spec.model
-    assert model.entrypoint is not None  # the contract requires it for this type
-    try:
-        check_in_child(model.entrypoint, feature_schema(training, data), model.options)
-    except EntrypointError as exc:
-        return [SpecIssue("spec.training", str(exc))]
-    return []
-
-
 def load_job(
     document: Mapping[str, Any], base: Path, store_kind: str = "local"
 ) -> tuple[PrimusJob, dict[str, Any]]:
@@ -113,8 +97,10 @@ def load_job(
         check_against(training, data)  # its issues are the training document's to fix
     except SpecError as exc:
         raise referenced("spec.training", exc) from None
-    if training.spec.model.type == "python":
-        issues.extend(_user_model_issues(training, data))
+    executors, unusable = executor_python(job, base)
+    issues.extend(unusable)
+    if not unusable:
+        issues.extend(user_model_issues(training, data, executors))
     files = [s for s in data.spec.sources if s.type == "files"]
     if spec.roles.evaluator is not None:
         issues.append(
@@ -142,6 +128,11 @@ def load_job(
     stored["spec"]["data"] = str(data_path)
     if training_path:
         stored["spec"]["training"] = str(training_path)
+    if executors.python is not None or executors.paths:  # absolute: the master's cwd is not the job's
+        local = stored["spec"]["backend"]["local"]
+        local["paths"] = list(executors.paths)
+        if executors.python is not None:
+            local["python"] = executors.python
     return job, stored
 
 

@@ -97,7 +97,11 @@ class Master:
                 StatusPublisher(store, name, on_status).failed(previous, message, {})
                 self.events.emit(EventType.FAILED, message)
                 raise MasterError(message) from exc
-        self.backend = backend or LocalBackend(self.paths.executors, on_event=self.backend_event)
+        local = self.job.spec.backend.local
+        self.backend = backend or LocalBackend(
+            self.paths.executors, on_event=self.backend_event,
+            python=local.python if local else None, paths=local.paths if local else (),
+        )  # fmt: skip
         self.executors = Executors(
             self.job, self.backend, self.events, token=self.token, exit_dir=self.paths.executors,
             command_for=self._command, known=resumed.executors(),

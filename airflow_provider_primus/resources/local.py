@@ -75,6 +75,12 @@ class _Exec:
     high: tuple[float, int, int] = (0.0, 0, 0)  # cumulative counters reported: never go back
 
 
+def import_path(paths: Sequence[str], existing: str | None = None) -> str:
+    """``paths`` ahead of ``existing`` (this process's PYTHONPATH by default), as PYTHONPATH."""
+    rest = os.environ.get("PYTHONPATH", "") if existing is None else existing
+    return os.pathsep.join([*paths, rest]).strip(os.pathsep)
+
+
 def _fallback() -> dict[str, str]:
     return {"cpu": "duty-cycle", "memory": "watchdog"}
 
@@ -112,9 +118,15 @@ class LocalBackend:
         kill_fraction: float = 0.95,
         on_event: EventSink | None = None,
         cgroups: Setting | None = None,
+        python: str | None = None,
+        paths: Sequence[str] = (),
     ) -> None:
         """``cgroups``: ``auto`` (the default; ``PRIMUS_LOCAL_CGROUPS`` overrides) uses whichever
-        cgroup version is writable, ``v1``/``v2`` only that one, ``off`` the duty cycle and watchdog."""
+        cgroup version is writable, ``v1``/``v2`` only that one, ``off`` the duty cycle and watchdog.
+        ``python``: the interpreter that runs the executors in place of this one (the job's
+        ``backend.local.python``); ``paths``: folders ahead on their import path."""
+        self.python = python
+        self.paths = list(paths)
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._cores = sorted(os.sched_getaffinity(0) if cores is None else cores)
@@ -136,10 +148,14 @@ class LocalBackend:
     # --- the Backend contract --------------------------------------------------------------
 
     def launch(self, request: LaunchRequest) -> Handle:
-        name, allotment, command = request.name, request.allotment, request.command
+        name, allotment, command = request.name, request.allotment, list(request.command)
         afile = self.workdir / f"{name}.allotment.json"
         logfile = self.workdir / f"{name}.log"
         full_env = {**os.environ, **request.env, "PRIMUS_ALLOTMENT_FILE": str(afile), **thread_env(allotment)}
+        if self.python is not None and command and command[0] == sys.executable:
+            command[0] = self.python  # the job's environment runs `primus`, not the master's
+        if self.paths:
+            full_env["PYTHONPATH"] = import_path(self.paths, full_env.get("PYTHONPATH"))
         # cgroup v2: the executor's group holds all its use, so it may measure itself there (v1
         # here has no per-executor cpuacct group: /proc it is, which this backend reads too).
         if self._hierarchy is not None and self._hierarchy.version == 2:

@@ -98,6 +98,29 @@ def register(sub: Any) -> None:
     h.add_argument("--workdir", type=Path, help="where to generate the data (default: system temp)")
     h.set_defaults(handler=run_hybrid)
 
+    mo = bsub.add_parser(
+        "model",
+        help="the model kinds side by side: AUC, and the training step's speed of a user model",
+        description="On primus bench hybrid's world with the embedded defaults: a mixed run of each "
+        "model kind (dlrm, dcn_v2, and the built-in DLRM brought as a type: python entrypoint) for "
+        "progressive AUC, then the training step alone on the DLRM run's recorded steps, paired and "
+        "repeated, for rows/s and the user model's ratio; and stream ingest. Starts an embedded "
+        "broker unless --bootstrap-servers is given.",
+    )
+    mo.add_argument("--history-days", type=int, default=6)
+    mo.add_argument("--stream-days", type=int, default=1)
+    mo.add_argument("--rows-per-day", type=int, default=20_000)
+    mo.add_argument("--users", type=int, default=20_000)
+    mo.add_argument("--items", type=int, default=5_000)
+    mo.add_argument("--batch-size", type=int, default=512)
+    mo.add_argument("--seed", type=int, default=7)
+    mo.add_argument(
+        "--repeats", type=count_of("repeats"), default=3, help="paired speed measurements" + median
+    )
+    mo.add_argument("--bootstrap-servers", help="use this broker instead of an embedded one")
+    mo.add_argument("--workdir", type=Path, help="where to generate the data (default: system temp)")
+    mo.set_defaults(handler=run_model)
+
     ts = bsub.add_parser(
         "train-scale",
         help="one trainer vs two data-parallel trainers on the same rows: rows/s, communication share",
@@ -200,7 +223,7 @@ def register(sub: Any) -> None:
     f.add_argument("--workdir", type=Path, help="where trials build their worlds (default: system temp)")
     f.set_defaults(handler=run_faults)
     s = _register_sharding(bsub)
-    for each in (p, d, h, a, k, f, s, ts):
+    for each in (p, d, h, mo, a, k, f, s, ts):
         each.add_argument("--json", action="store_true", help="only the JSON line: no progress on a terminal")
 
 
@@ -366,6 +389,26 @@ def run_hybrid(args: argparse.Namespace) -> int:
             items=args.items,
             batch_size=args.batch_size,
             seed=args.seed,
+            bootstrap_servers=args.bootstrap_servers,
+            workdir=args.workdir,
+        ),
+    )
+
+
+def run_model(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.bench.model import run
+
+    return _report(
+        args,
+        lambda: run(
+            history_days=args.history_days,
+            stream_days=args.stream_days,
+            rows_per_day=args.rows_per_day,
+            users=args.users,
+            items=args.items,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            repeats=args.repeats,
             bootstrap_servers=args.bootstrap_servers,
             workdir=args.workdir,
         ),

@@ -115,7 +115,7 @@ def register(sub: Any) -> None:
     mo.add_argument("--batch-size", type=int, default=512)
     mo.add_argument("--seed", type=int, default=7)
     mo.add_argument(
-        "--repeats", type=count_of("repeats"), default=3, help="paired speed measurements" + median
+        "--repeats", type=count_of("repeats"), default=5, help="interleaved rounds of speed passes" + median
     )
     mo.add_argument("--bootstrap-servers", help="use this broker instead of an embedded one")
     mo.add_argument("--workdir", type=Path, help="where to generate the data (default: system temp)")

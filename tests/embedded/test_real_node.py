@@ -30,6 +30,7 @@ from airflow_provider_primus.embedded.kube.images import CGROUP_PROBE
 from airflow_provider_primus.embedded.kube.local import LocalCluster
 from airflow_provider_primus.kubernetes.client import STRATEGIC_PATCH, KubeApi, KubeError, api_client_from
 from airflow_provider_primus.process import PRIMUS_MODULE
+from tests.embedded.conftest import start_real_cluster, stop_shared_node
 
 pytestmark = pytest.mark.realnode
 
@@ -98,6 +99,18 @@ def _host_limits(pod: ProbePod, cgroup_version: int) -> tuple[int, int]:
     cpu = _container_cgroup("cpu", pod.uid, pod.container_id, 1) / "cpu.cfs_quota_us"
     memory = _container_cgroup("memory", pod.uid, pod.container_id, 1) / "memory.limit_in_bytes"
     return int(cpu.read_text()), int(memory.read_text())
+
+
+@pytest.fixture(scope="module")
+def real_cluster(session_tmp: Path) -> Iterator[LocalCluster]:
+    """This module's own node (its last tests stop it and start others through the CLI), after the
+    package's shared node has ended: the machine has room for one."""
+    stop_shared_node()
+    cluster = start_real_cluster(session_tmp / "realnode-own")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="module")

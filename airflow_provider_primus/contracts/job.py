@@ -465,7 +465,11 @@ class YarnBackend(StrictModel):
     On a Kerberized cluster (``hadoop.security.authentication: kerberos`` in the configuration)
     ``principal`` and ``keytab`` (a path on the master's machine) are the login the master uses and
     renews itself, as Spark's ``--principal``/``--keytab``; without them it uses the ticket cache
-    (``kinit``) or ``KRB5_CLIENT_KTNAME``. ``user`` is then the principal's short name."""
+    (``kinit``) or ``KRB5_CLIENT_KTNAME``. ``user`` is then the principal's short name.
+    ``wheels``: the user's pure-Python wheels (paths on the master's machine, relative to the job
+    file), staged with the application and localized into every executor's container, ahead on its
+    import path, as Spark's ``--py-files``: the user's model and transforms without installing
+    anything on the NodeManagers."""
 
     conf_dir: NonEmptyStr | None = None
     resource_manager: NonEmptyStr | None = None
@@ -478,6 +482,7 @@ class YarnBackend(StrictModel):
     on_resize_refused: Literal["keep", "recreate"] = "keep"
     principal: NonEmptyStr | None = None
     keytab: NonEmptyStr | None = None
+    wheels: list[NonEmptyStr] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _keytab_needs_principal(self) -> YarnBackend:
@@ -489,9 +494,9 @@ class YarnBackend(StrictModel):
 class LocalBackend(StrictModel):
     """The Python the executors of a local job run: ``python``, the interpreter of trainers and data
     executors (a virtual environment holding the user's packages and this provider; default: the
-    master's own), and ``paths``, folders put ahead on their import path (a user's source tree, as
-    PYTHONPATH would). Relative paths are the job file's; both are checked at submit, with a python
-    model built in that environment."""
+    master's own), and ``paths``, folders or pure-Python wheels put ahead on their import path (a
+    user's source tree, as PYTHONPATH would). Relative paths are the job file's; both are checked
+    at submit, with a python model built in that environment."""
 
     python: NonEmptyStr | None = None
     paths: list[NonEmptyStr] = Field(default_factory=list)

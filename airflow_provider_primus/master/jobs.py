@@ -100,7 +100,8 @@ def load_job(
     executors, unusable = executor_python(job, base)
     issues.extend(unusable)
     if not unusable:
-        issues.extend(user_model_issues(training, data, executors))
+        in_image = spec.backend.type == "kubernetes"
+        issues.extend(user_model_issues(training, data, executors, in_image=in_image))
     files = [s for s in data.spec.sources if s.type == "files"]
     if spec.roles.evaluator is not None:
         issues.append(
@@ -128,11 +129,11 @@ def load_job(
     stored["spec"]["data"] = str(data_path)
     if training_path:
         stored["spec"]["training"] = str(training_path)
-    if executors.python is not None or executors.paths:  # absolute: the master's cwd is not the job's
-        local = stored["spec"]["backend"]["local"]
-        local["paths"] = list(executors.paths)
+    if executors.section is not None:  # absolute: the master's cwd is not the job's
+        section = stored["spec"]["backend"][executors.section]
+        section[executors.key] = list(executors.paths)
         if executors.python is not None:
-            local["python"] = executors.python
+            section["python"] = executors.python
     return job, stored
 
 

@@ -9,9 +9,11 @@ minutes later on a busy machine.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from airflow_provider_primus.contracts.errors import SpecIssue
 from airflow_provider_primus.contracts.job import PrimusJob
 from airflow_provider_primus.contracts.training import PrimusTraining
 
-__all__ = ["ExecutorPython", "executor_python", "user_model_issues"]
+__all__ = ["ExecutorPython", "executor_python", "user_model_issues", "wheel_issue"]
 
 PROBE_TIMEOUT_S = 60.0
 PROVIDER = "airflow_provider_primus"
@@ -28,36 +30,69 @@ PROVIDER = "airflow_provider_primus"
 
 @dataclass(frozen=True)
 class ExecutorPython:
-    """The interpreter (None: the master's) and the extra import paths of a job's executors."""
+    """The interpreter (None: the master's) and the extra import paths of a job's executors, and
+    where the job document says them (``backend.<section>.<key>``)."""
 
     python: str | None = None
     paths: tuple[str, ...] = field(default_factory=tuple)
+    section: str | None = None
+    key: str = "paths"
 
 
 def executor_python(job: PrimusJob, base: Path) -> tuple[ExecutorPython, list[SpecIssue]]:
-    """``backend.local`` with its paths made absolute (relative to the job file), and what is wrong
-    with it: an interpreter that is missing, not executable or without this provider, a folder that
-    is not there."""
-    local = job.spec.backend.local
-    if local is None or job.spec.backend.type != "local":
+    """``backend.local`` (an interpreter, folders or wheels) or ``backend.yarn.wheels`` with their
+    paths made absolute (relative to the job file), and what is wrong with them: an interpreter that
+    is missing, not executable or without this provider, a folder that is not there, a file that is
+    not a pure-Python wheel."""
+    backend = job.spec.backend
+    if backend.type == "local" and backend.local is not None:
+        section, key, raws = "local", "paths", backend.local.paths
+    elif backend.type == "yarn" and backend.yarn is not None and backend.yarn.wheels:
+        section, key, raws = "yarn", "wheels", backend.yarn.wheels
+    else:
         return ExecutorPython(), []
     issues: list[SpecIssue] = []
     paths = []
-    for i, raw in enumerate(local.paths):
-        path = (base / raw).resolve()
+    for i, raw in enumerate(raws):
+        path = Path(os.path.abspath(base / raw))
         paths.append(str(path))
-        if not path.is_dir():
-            issues.append(SpecIssue(f"spec.backend.local.paths[{i}]", f"{str(path)!r} is not a folder"))
+        wheel = path.suffix == ".whl" or key == "wheels"
+        reason = wheel_issue(path) if wheel else (None if path.is_dir() else f"{str(path)!r} is not a folder")
+        if reason:
+            issues.append(SpecIssue(f"spec.backend.{section}.{key}[{i}]", reason))
     python = None
-    if local.python is not None:
+    if section == "local" and backend.local is not None and backend.local.python is not None:
         # A name is looked up on PATH, a path is the job file's; symlinks are kept (a virtual
         # environment's python is a link whose target has none of its packages).
-        found = shutil.which(local.python) if "/" not in local.python else None
-        python = found or os.path.abspath(base / local.python)
+        given = backend.local.python
+        python = (shutil.which(given) if "/" not in given else None) or os.path.abspath(base / given)
         reason = _unusable(python, paths)
         if reason:
             issues.append(SpecIssue("spec.backend.local.python", reason))
-    return ExecutorPython(python, tuple(paths)), issues
+    return ExecutorPython(python, tuple(paths), section, key), issues
+
+
+def wheel_issue(path: Path) -> str | None:
+    """Why ``path`` cannot go on an import path as a wheel, or None. Only a pure-Python wheel is
+    importable from its zip (zipimport); one with compiled code must be installed instead."""
+    if not path.is_file():
+        return f"{str(path)!r} is not a file"
+    if path.suffix != ".whl":
+        return f"{path.name!r} is not a wheel (.whl)"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            metadata = [n for n in archive.namelist() if n.endswith(".dist-info/WHEEL")]
+            text = archive.read(metadata[0]).decode() if metadata else ""
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as exc:
+        return f"{path.name!r} is not a readable wheel: {exc}"
+    if not text:
+        return f"{path.name!r} has no .dist-info/WHEEL: not a wheel"
+    if "root-is-purelib: true" not in text.lower():
+        return (
+            f"{path.name!r} holds compiled code (Root-Is-Purelib is not true): a wheel on the import "
+            "path must be pure Python; install it into the executors' environment instead"
+        )
+    return None
 
 
 def _unusable(python: str, paths: list[str]) -> str | None:
@@ -83,12 +118,22 @@ def _unusable(python: str, paths: list[str]) -> str | None:
     return None
 
 
-def user_model_issues(training: PrimusTraining, data: PrimusData, where: ExecutorPython) -> list[SpecIssue]:
+def user_model_issues(
+    training: PrimusTraining, data: PrimusData, where: ExecutorPython, *, in_image: bool = False
+) -> list[SpecIssue]:
     """A python model built and run once on a synthetic batch, in a child process of the executors'
     interpreter with their import paths: an entrypoint that does not import or breaks the protocol
-    there is refused by name."""
+    there is refused by name. ``in_image``: the executors' Python is an image's (Kubernetes), which
+    this machine need not have: the model is checked here when its package is importable here, else
+    by the trainer's first step (a terminal error naming the field)."""
     model = training.spec.model
     if model.type != "python":
+        return []
+    if (
+        in_image
+        and model.entrypoint
+        and importlib.util.find_spec(model.entrypoint.split(".")[0].split(":")[0]) is None
+    ):
         return []
     # torch is imported only for a job that trains a python model.
     from airflow_provider_primus.training.entrypoint import EntrypointError, check_in_child

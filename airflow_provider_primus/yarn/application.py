@@ -115,6 +115,12 @@ def document_link(index: int, path: str) -> str:
     return f"document-{index}-{Path(path).name}"
 
 
+def wheel_link(index: int, path: str) -> str:
+    """A user's wheel's name in a container's working directory (its file name kept: zipimport and
+    pip read the distribution from it)."""
+    return f"wheel-{index}-{Path(path).name}"
+
+
 @dataclass(frozen=True)
 class StagedFile:
     link: str
@@ -181,7 +187,14 @@ class YarnSession:
             files.append((document_link(i, path), text.encode(), "600"))
         if self._ca is not None:  # a TLS job: $PRIMUS_TLS_DIR is the container's directory
             files += [(CA_FILE, self._ca.cert_pem, "600"), (CA_KEY_FILE, self._ca.key_pem, "600")]
+        for i, wheel in enumerate(self.settings.wheels):  # the user's code: on the import path
+            files.append((wheel_link(i, wheel), Path(wheel).read_bytes(), "600"))
         return files
+
+    @property
+    def wheel_links(self) -> list[str]:
+        """The user's wheels as an executor's container has them, in import order."""
+        return [wheel_link(i, w) for i, w in enumerate(self.settings.wheels)]
 
     def _restage_known(self, app_id: str) -> list[StagedFile]:
         """The files an earlier master staged for this application (their HDFS status is what the

@@ -161,6 +161,10 @@ class YarnBackend:
         out.update(self.env)
         out.update({k: v for k, v in env.items() if k not in (TOKEN_ENV, EXIT_FILE_ENV)})
         out[TOKEN_FILE_ENV] = "{{PWD}}/" + TOKEN_LINK  # expanded by the NodeManager
+        if self.session.wheel_links:  # the user's wheels, localized beside it, ahead on the path
+            wheels = ["{{PWD}}/" + link for link in self.session.wheel_links]
+            forwarded = [out["PYTHONPATH"]] if out.get("PYTHONPATH") else []
+            out["PYTHONPATH"] = "<CPS>".join([*wheels, *forwarded])  # <CPS>: the node's separator
         # The node's address, as a pod's IP is in a pod: a server bound to the loopback default
         # binds it, one bound to a wildcard advertises it, so peers on other nodes can dial it.
         out[ADVERTISE_ENV] = "{{NM_HOST}}"

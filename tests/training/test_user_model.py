@@ -82,12 +82,12 @@ def test_the_two_tower_package_trains_publishes_and_is_served_back(world: World,
 def test_a_killed_trainer_of_a_python_model_resumes_exactly(world: World, tmp_path: Path) -> None:
     world.produce_events(1500, seed=7)
     training = world.training(
-        tmp_path / "t.yaml", mode="mixed", batch_size=256, model=TWO_TOWER,
-        checkpoint={"every_steps": 5, "every_s": 0}, publish={"every_s": 0},
+        tmp_path / "t.yaml", mode="mixed", batch_size=1024, model=TWO_TOWER,
+        checkpoint={"every_steps": 3, "every_s": 0}, publish={"every_s": 0},
     )  # fmt: skip
     reference = run_trainer(world, tmp_path / "uninterrupted", training)
     workdir = tmp_path / "crashing"
-    first = run_trainer(world, workdir, training, kill_at=23)
+    first = run_trainer(world, workdir, training, kill_at=8)
     steps = [s for s in first["steps"] if s["step"] <= first["checkpoint"]]
     last = run_trainer(world, workdir, training)
     assert last["steps"][0]["step"] == first["checkpoint"] + 1

@@ -19,9 +19,13 @@ from typing import Any
 
 from airflow_provider_primus.contracts.job import TRAINER_MEMORY, PrimusJob, format_memory
 from airflow_provider_primus.contracts.status import JobStatus
+from airflow_provider_primus.contracts.versions import VERSIONS as kind_versions
 
 GROUP = "primus.dev"
-VERSION = "v1alpha1"
+# Every served version shares one schema today (contracts/versions.py: the job kind's v1beta1 moves
+# with the training contract it references); the newest is the one etcd stores.
+VERSIONS = kind_versions["PrimusJob"]
+VERSION = VERSIONS[-1]
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "PrimusJob"
 PLURAL = "primusjobs"
@@ -276,6 +280,30 @@ def openapi_schema() -> dict[str, Any]:
     }
 
 
+def served_version(version: str) -> dict[str, Any]:
+    """One entry of the CRD's versions: served, stored when it is the newest."""
+    return {
+        "name": version,
+        "served": True,
+        "storage": version == VERSION,
+        "schema": {"openAPIV3Schema": openapi_schema()},
+        "subresources": {
+            "status": {},
+            "scale": {
+                "specReplicasPath": ".spec.desired.scale.data",
+                "statusReplicasPath": ".status.replicas.data",
+                "labelSelectorPath": ".status.selector",
+            },
+        },
+        "additionalPrinterColumns": [
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Roles", "type": "string", "jsonPath": ".status.roles"},
+            {"name": "Data", "type": "integer", "jsonPath": ".status.replicas.data"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    }
+
+
 def crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -292,27 +320,9 @@ def crd() -> dict[str, Any]:
                 "categories": ["primus"],
             },
             "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": openapi_schema()},
-                    "subresources": {
-                        "status": {},
-                        "scale": {
-                            "specReplicasPath": ".spec.desired.scale.data",
-                            "statusReplicasPath": ".status.replicas.data",
-                            "labelSelectorPath": ".status.selector",
-                        },
-                    },
-                    "additionalPrinterColumns": [
-                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                        {"name": "Roles", "type": "string", "jsonPath": ".status.roles"},
-                        {"name": "Data", "type": "integer", "jsonPath": ".status.replicas.data"},
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    ],
-                }
-            ],
+            "versions": [served_version(version) for version in VERSIONS],
+            # The versions differ only in apiVersion, so the apiserver's own rewrite is the lossless
+            # conversion; a schema change to the job kind brings a conversion webhook (docs/kubernetes.md).
+            "conversion": {"strategy": "None"},
         },
     }

@@ -14,7 +14,9 @@ subresource only). This module is pure data: ``primus crd`` prints it, ``primus 
 
 from __future__ import annotations
 
+import base64
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_primus.contracts.job import TRAINER_MEMORY, PrimusJob, format_memory
@@ -304,7 +306,31 @@ def served_version(version: str) -> dict[str, Any]:
     }
 
 
-def crd() -> dict[str, Any]:
+NO_CONVERSION: dict[str, Any] = {"strategy": "None"}
+
+
+def webhook_conversion(
+    ca_bundle: bytes, *, url: str | None = None, service: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``spec.conversion`` calling the project's webhook (kubernetes/conversion.py) at ``url`` (a
+    webhook outside the cluster, reached by the apiserver's host) or ``service`` (``namespace``,
+    ``name``, ``port``: in the cluster), trusting ``ca_bundle`` (PEM) for its certificate."""
+    if (url is None) == (service is None):
+        raise ValueError("a conversion webhook is reached by url or by service, one of them")
+    client: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
+    if url is not None:
+        client["url"] = url
+    else:
+        client["service"] = {**dict(service or {}), "path": "/convert"}
+    return {
+        "strategy": "Webhook",
+        "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": client},
+    }
+
+
+def crd(conversion: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The CRD; ``conversion`` is ``webhook_conversion(...)`` where a webhook is deployed, else the
+    apiserver's own rewrite of apiVersion, which is lossless while every version has one schema."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -321,8 +347,6 @@ def crd() -> dict[str, Any]:
             },
             "scope": "Namespaced",
             "versions": [served_version(version) for version in VERSIONS],
-            # The versions differ only in apiVersion, so the apiserver's own rewrite is the lossless
-            # conversion; a schema change to the job kind brings a conversion webhook (docs/kubernetes.md).
-            "conversion": {"strategy": "None"},
+            "conversion": dict(conversion or NO_CONVERSION),
         },
     }

@@ -138,6 +138,27 @@ STEPS: dict[tuple[str, str], Step] = {
 }
 
 
+# Annotations only a conversion down writes: at the hub they would be read back as fields on the way
+# up and change the document, so a hub document may not carry them.
+CONVERSION_ANNOTATIONS: dict[str, tuple[str, ...]] = {"PrimusTraining": (MODEL_ANNOTATION,)}
+
+
+def _reserved(document: Mapping[str, Any], kind: str) -> list[SpecIssue]:
+    metadata = document.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(annotations, Mapping):
+        return []
+    return [
+        SpecIssue(
+            f"metadata.annotations.{name}",
+            f"is written by a conversion to an older version only; at {api_version(hub_version(kind))} "
+            "the fields it keeps belong in spec",
+        )
+        for name in CONVERSION_ANNOTATIONS.get(kind, ())
+        if name in annotations
+    ]
+
+
 def hub_version(kind: str) -> str:
     """The newest version of ``kind``: what its model describes and what a store keeps."""
     return VERSIONS[kind][-1]
@@ -180,7 +201,10 @@ def to_hub(document: Mapping[str, Any], kind: str) -> tuple[Any, list[SpecIssue]
         issue = SpecIssue("apiVersion", f"must be one of {known} (got {document['apiVersion']!r})")
         return {**document, "apiVersion": api_version(hub_version(kind))}, [issue]
     # Only the document's own version refuses: the later steps see fields it does not have.
-    issues = STEPS[(kind, version)].refuse(document) if version != hub_version(kind) else []
+    if version == hub_version(kind):
+        issues = _reserved(document, kind)
+    else:
+        issues = STEPS[(kind, version)].refuse(document)
     return _walk(copy.deepcopy(dict(document)), kind, version, hub_version(kind)), issues
 
 
@@ -202,4 +226,6 @@ def convert(document: Mapping[str, Any], to: str) -> Document:
         known = ", ".join(repr(api_version(v)) for v in versions)
         got = document.get("apiVersion")
         raise SpecError([SpecIssue("apiVersion", f"must be one of {known} (got {got!r})")])
+    if start == hub_version(kind) and _reserved(document, kind):
+        raise SpecError(_reserved(document, kind))
     return _walk(copy.deepcopy(dict(document)), kind, start, target)

@@ -97,3 +97,15 @@ def test_a_job_of_either_version_is_the_same_job() -> None:
     assert old == validate_job_spec({**job, "apiVersion": "primus.dev/v1beta1"})
     hub, issues = to_hub({**job, "apiVersion": "primus.dev/v1alpha1"}, "PrimusJob")
     assert hub["apiVersion"] == "primus.dev/v1beta1" and not issues
+
+
+def test_the_conversion_annotation_is_refused_at_v1beta1() -> None:
+    """At the hub it would turn into model fields on the next round trip: refused, by name."""
+    beta = training("v1beta1", type="dlrm")
+    beta["metadata"]["annotations"] = {MODEL_ANNOTATION: json.dumps(PYTHON)}
+    with pytest.raises(SpecError) as exc:
+        validate_training_spec(beta)
+    assert f"metadata.annotations.{MODEL_ANNOTATION}: is written by a conversion" in messages(exc)
+    with pytest.raises(SpecError) as exc:
+        convert(beta, "v1alpha1")
+    assert f"metadata.annotations.{MODEL_ANNOTATION}" in messages(exc)

@@ -34,7 +34,25 @@ def register(sub: Any) -> None:
     install.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for the CRD (default 60)"
     )
+    install.add_argument(
+        "--conversion-webhook",
+        action="store_true",
+        help="also run the conversion webhook in --namespace (Deployment, Service, serving Secret) and "
+        "make the CRD convert between its versions through it (default: the apiserver's own rewrite)",
+    )
+    install.add_argument("--image", help="the webhook's image (default: the provider's)")
     install.set_defaults(handler=cmd_install)
+
+    webhook = ksub.add_parser(
+        "conversion-webhook",
+        help="serve the PrimusJob conversion webhook (what its Deployment runs)",
+        description="Serve ConversionReviews over HTTPS on POST /convert with tls.crt and tls.key "
+        "from --tls-dir (the serving Secret's mount), until interrupted.",
+    )
+    webhook.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all)")
+    webhook.add_argument("--port", type=int, default=8443)
+    webhook.add_argument("--tls-dir", required=True, help="folder holding tls.crt and tls.key")
+    webhook.set_defaults(handler=cmd_conversion_webhook)
 
     manifests = ksub.add_parser(
         "manifests",
@@ -123,7 +141,14 @@ def cmd_install(args: argparse.Namespace) -> int:
     try:
         api = KubeApi(api_client_from(kubeconfig=args.kubeconfig, context=args.context))
         started = time.monotonic()
-        apply(api, crd())
+        conversion = None
+        if args.conversion_webhook:
+            from airflow_provider_primus.kubernetes.install import install_conversion_webhook
+            from airflow_provider_primus.kubernetes.manifests import DEFAULT_IMAGE
+
+            conversion = install_conversion_webhook(api, args.namespace, args.image or DEFAULT_IMAGE)
+            print(f"conversion webhook applied in namespace {args.namespace}")
+        apply(api, crd(conversion))
         wait_established(api, CRD_NAME, args.timeout)
         print(f"customresourcedefinition/{CRD_NAME} established ({time.monotonic() - started:.1f}s)")
         if args.rbac:
@@ -133,4 +158,21 @@ def cmd_install(args: argparse.Namespace) -> int:
     except (KubeError, TimeoutError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_conversion_webhook(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from airflow_provider_primus.kubernetes.conversion import ConversionWebhook
+
+    folder = Path(args.tls_dir)
+    server = ConversionWebhook(args.host, args.port, folder / "tls.crt", folder / "tls.key")
+    print(f"conversion webhook on https://{args.host}:{server.port}/convert", flush=True)
+    try:
+        server.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
     return 0

@@ -18,6 +18,7 @@ from airflow_provider_primus.cli import (
     bench,
     cluster,
     control,
+    convert,
     demo,
     doctor,
     gen,
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     kafka.register(sub)
     demo.register(sub)
     validate.register(sub)
+    convert.register(sub)
     plan.register(sub)
     bench.register(sub)
     serve_data.register(sub)

@@ -98,6 +98,10 @@ class StrictModel(BaseModel):
 
 
 class Metadata(StrictModel):
-    """Kubernetes-shaped so the same document can later be applied as a custom resource."""
+    """Kubernetes-shaped so the same document can later be applied as a custom resource.
+
+    ``annotations`` are free-form strings, as Kubernetes has them; the contract itself writes one: what
+    an older version cannot express is kept there by a conversion down (contracts/versions.py)."""
 
     name: Name
+    annotations: dict[NonEmptyStr, str] | None = None

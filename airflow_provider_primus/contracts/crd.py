@@ -14,14 +14,20 @@ subresource only). This module is pure data: ``primus crd`` prints it, ``primus 
 
 from __future__ import annotations
 
+import base64
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_primus.contracts.job import TRAINER_MEMORY, PrimusJob, format_memory
 from airflow_provider_primus.contracts.status import JobStatus
+from airflow_provider_primus.contracts.versions import VERSIONS as kind_versions
 
 GROUP = "primus.dev"
-VERSION = "v1alpha1"
+# Every served version shares one schema today (contracts/versions.py: the job kind's v1beta1 moves
+# with the training contract it references); the newest is the one etcd stores.
+VERSIONS = kind_versions["PrimusJob"]
+VERSION = VERSIONS[-1]
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "PrimusJob"
 PLURAL = "primusjobs"
@@ -276,7 +282,55 @@ def openapi_schema() -> dict[str, Any]:
     }
 
 
-def crd() -> dict[str, Any]:
+def served_version(version: str) -> dict[str, Any]:
+    """One entry of the CRD's versions: served, stored when it is the newest."""
+    return {
+        "name": version,
+        "served": True,
+        "storage": version == VERSION,
+        "schema": {"openAPIV3Schema": openapi_schema()},
+        "subresources": {
+            "status": {},
+            "scale": {
+                "specReplicasPath": ".spec.desired.scale.data",
+                "statusReplicasPath": ".status.replicas.data",
+                "labelSelectorPath": ".status.selector",
+            },
+        },
+        "additionalPrinterColumns": [
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Roles", "type": "string", "jsonPath": ".status.roles"},
+            {"name": "Data", "type": "integer", "jsonPath": ".status.replicas.data"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    }
+
+
+NO_CONVERSION: dict[str, Any] = {"strategy": "None"}
+
+
+def webhook_conversion(
+    ca_bundle: bytes, *, url: str | None = None, service: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``spec.conversion`` calling the project's webhook (kubernetes/conversion.py) at ``url`` (a
+    webhook outside the cluster, reached by the apiserver's host) or ``service`` (``namespace``,
+    ``name``, ``port``: in the cluster), trusting ``ca_bundle`` (PEM) for its certificate."""
+    if (url is None) == (service is None):
+        raise ValueError("a conversion webhook is reached by url or by service, one of them")
+    client: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
+    if url is not None:
+        client["url"] = url
+    else:
+        client["service"] = {**dict(service or {}), "path": "/convert"}
+    return {
+        "strategy": "Webhook",
+        "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": client},
+    }
+
+
+def crd(conversion: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The CRD; ``conversion`` is ``webhook_conversion(...)`` where a webhook is deployed, else the
+    apiserver's own rewrite of apiVersion, which is lossless while every version has one schema."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -292,27 +346,7 @@ def crd() -> dict[str, Any]:
                 "categories": ["primus"],
             },
             "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": openapi_schema()},
-                    "subresources": {
-                        "status": {},
-                        "scale": {
-                            "specReplicasPath": ".spec.desired.scale.data",
-                            "statusReplicasPath": ".status.replicas.data",
-                            "labelSelectorPath": ".status.selector",
-                        },
-                    },
-                    "additionalPrinterColumns": [
-                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                        {"name": "Roles", "type": "string", "jsonPath": ".status.roles"},
-                        {"name": "Data", "type": "integer", "jsonPath": ".status.replicas.data"},
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    ],
-                }
-            ],
+            "versions": [served_version(version) for version in VERSIONS],
+            "conversion": dict(conversion or NO_CONVERSION),
         },
     }

@@ -32,6 +32,7 @@ from airflow_provider_primus.contracts.errors import (
     suggest,
 )
 from airflow_provider_primus.contracts.sources import FileSource, KafkaSource, Source
+from airflow_provider_primus.contracts.versions import to_hub
 
 API_VERSION = "primus.dev/v1alpha1"
 
@@ -192,16 +193,22 @@ def validate_data_spec(document: Mapping[str, Any]) -> PrimusData:
     Pydantic skips a model's cross-field checks when one of its fields is invalid, so a broken source
     would hide an unknown mixture reference. The name checks are cheap and need only the names, so
     they are repeated on the raw document; duplicates of what the model already reported are merged.
+    An older version of the contract is converted to the newest first (contracts/versions.py; today
+    PrimusData has one version, so that changes nothing).
     """
+    document, refused = to_hub(document, "PrimusData")
     try:
-        return PrimusData.model_validate(document)
+        data = PrimusData.model_validate(document)
     except ValidationError as exc:
-        issues = issues_from_validation_error(exc, PrimusData)
+        issues = refused + issues_from_validation_error(exc, PrimusData)
         issues += [
             SpecIssue(format_path(("spec", *loc)), message)
             for loc, message in _raw_reference_issues(document)
         ]
         raise SpecError(issues) from None
+    if refused:
+        raise SpecError(refused)
+    return data
 
 
 def _raw_reference_issues(document: Mapping[str, Any]) -> list[tuple[Loc, str]]:

@@ -38,6 +38,7 @@ from airflow_provider_primus.contracts.errors import (
     issues_from_validation_error,
     raise_issues,
 )
+from airflow_provider_primus.contracts.versions import to_hub
 
 RoleName = Literal["data", "trainer", "evaluator"]
 ROLES: tuple[str, ...] = ("data", "trainer", "evaluator")
@@ -573,7 +574,9 @@ class JobSpec(StrictModel):
 
 
 class PrimusJob(StrictModel):
-    api_version: Literal["primus.dev/v1alpha1"] = Field(alias="apiVersion")
+    """The hub version (the newest): an older document is converted to it on load (contracts/versions.py)."""
+
+    api_version: Literal["primus.dev/v1beta1"] = Field(alias="apiVersion")
     kind: Literal["PrimusJob"]
     metadata: Metadata
     spec: JobSpec
@@ -585,10 +588,18 @@ def validate_job_spec(document: Mapping[str, Any]) -> PrimusJob:
     if isinstance(document, Mapping) and "status" in document:
         issues.append(SpecIssue("status", "is written by the master only; remove it from the document"))
         document = {k: v for k, v in document.items() if k != "status"}
+    hub, refused = to_hub(document, "PrimusJob")
+    issues.extend(refused)
     try:
-        job = PrimusJob.model_validate(document)
+        job = PrimusJob.model_validate(hub)
     except ValidationError as exc:
         raise SpecError(issues + issues_from_validation_error(exc, PrimusJob)) from None
     if issues:
         raise SpecError(issues)
     return job
+
+
+def stored_job(document: Mapping[str, Any]) -> PrimusJob:
+    """A job as a store holds it, of any served version: a store written before v1beta1 keeps its
+    v1alpha1 records, and they are read through the same conversion a submitted document is."""
+    return PrimusJob.model_validate(to_hub(document, "PrimusJob")[0])

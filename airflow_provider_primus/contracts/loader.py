@@ -16,6 +16,7 @@ import yaml
 
 from airflow_provider_primus.contracts.data import PrimusData, validate_data_spec
 from airflow_provider_primus.contracts.errors import SpecError, SpecIssue
+from airflow_provider_primus.contracts.job import PrimusJob, validate_job_spec
 from airflow_provider_primus.contracts.training import PrimusTraining, validate_training_spec
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -112,6 +113,17 @@ def load_training_spec(source: str | Path | Mapping[str, Any]) -> PrimusTraining
     if isinstance(source, Mapping):
         return validate_training_spec(source)
     return validate_training_spec(read_document(source))
+
+
+def validate_document(document: Mapping[str, Any]) -> PrimusData | PrimusTraining | PrimusJob:
+    """Any kind of document, by its ``kind``, at any served version (a job's referenced documents are
+    not read: ``master.jobs.load_job`` does that)."""
+    kind = document.get("kind")
+    if kind == "PrimusTraining":
+        return validate_training_spec(document)
+    if kind == "PrimusJob":
+        return validate_job_spec(document)
+    return validate_data_spec(document)  # whose own check names the kinds expected
 
 
 def data_spec_json_schema() -> dict[str, Any]:

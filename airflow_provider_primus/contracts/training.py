@@ -42,6 +42,9 @@ from airflow_provider_primus.contracts.errors import (
 )
 from airflow_provider_primus.contracts.sources import KafkaSource
 from airflow_provider_primus.contracts.storage import ObjectStorage, storage_issues
+from airflow_provider_primus.contracts.versions import api_version, hub_version, to_hub
+
+API_VERSION = api_version(hub_version("PrimusTraining"))
 
 Mode = Literal["batch", "stream", "mixed"]
 Share = Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]
@@ -325,7 +328,9 @@ class TrainingSpec(StrictModel):
 
 
 class PrimusTraining(StrictModel):
-    api_version: Literal["primus.dev/v1alpha1"] = Field(alias="apiVersion")
+    """The hub version (the newest): an older document is converted to it on load (contracts/versions.py)."""
+
+    api_version: Literal["primus.dev/v1beta1"] = Field(alias="apiVersion")
     kind: Literal["PrimusTraining"]
     metadata: Metadata
     spec: TrainingSpec = Field(default_factory=TrainingSpec)
@@ -339,7 +344,7 @@ def default_training(name: str = "default", data: PrimusData | None = None) -> P
         spec["mode"] = "batch"
     return PrimusTraining.model_validate(
         {
-            "apiVersion": "primus.dev/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "PrimusTraining",
             "metadata": {"name": name},
             "spec": spec,
@@ -348,10 +353,15 @@ def default_training(name: str = "default", data: PrimusData | None = None) -> P
 
 
 def validate_training_spec(document: Mapping[str, Any]) -> PrimusTraining:
+    """A validated PrimusTraining of any served version, as the hub (v1beta1) model."""
+    hub, issues = to_hub(document, "PrimusTraining")
     try:
-        return PrimusTraining.model_validate(document)
+        training = PrimusTraining.model_validate(hub)
     except ValidationError as exc:
-        raise SpecError(issues_from_validation_error(exc, PrimusTraining)) from None
+        issues = issues + issues_from_validation_error(exc, PrimusTraining)
+    if issues:
+        raise SpecError(issues)
+    return training
 
 
 def kafka_sources(data: PrimusData) -> list[KafkaSource]:

@@ -45,7 +45,7 @@ from airflow_provider_primus.backends import (
     YarnJobBackend,
     for_settings,
 )
-from airflow_provider_primus.contracts.job import PrimusJob
+from airflow_provider_primus.contracts.job import stored_job
 from airflow_provider_primus.contracts.loader import read_document
 from airflow_provider_primus.contracts.status import TERMINAL
 from airflow_provider_primus.credentials import derive_token
@@ -213,7 +213,7 @@ class PrimusHook(BaseHook):
         """
         if self.settings["host"]:
             port = f":{self.settings['port']}" if self.settings["port"] else ""
-            scheme = "https" if PrimusJob.model_validate(record.spec).spec.tls else "http"
+            scheme = "https" if stored_job(record.spec).spec.tls else "http"
             return f"{scheme}://{self.settings['host']}{port}"
         api = (record.status.get("master") or {}).get("api")
         if not api:

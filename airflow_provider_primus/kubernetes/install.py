@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_primus.contracts.crd import webhook_conversion
 from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resource_path
+from airflow_provider_primus.kubernetes.conversion_manifests import (
+    CA_KEY,
+    NAME,
+    service_reference,
+    serving_secret,
+    webhook_manifests,
+)
+from airflow_provider_primus.tls import JobCa
 
 FIELD_MANAGER = "primus"
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -23,6 +33,8 @@ _KINDS = {
     "Pod": ("pods", True),
     "ConfigMap": ("configmaps", True),
     "Secret": ("secrets", True),
+    "Service": ("services", True),
+    "Deployment": ("deployments", True),
 }
 
 
@@ -58,3 +70,21 @@ def wait_established(api: KubeApi, crd_name: str, timeout_s: float) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"CRD {crd_name} not established after {timeout_s}s: {conditions}")
         time.sleep(0.1)
+
+
+def install_conversion_webhook(api: KubeApi, namespace: str, image: str) -> dict[str, Any]:
+    """Apply the conversion webhook in ``namespace`` and return the CRD's ``spec.conversion`` that
+    calls it. The serving Secret is made once (a CA for the webhook, a certificate for its Service)
+    and kept on later installs, so the caBundle the CRD holds stays the one that signed it."""
+    path = resource_path("v1", "secrets", namespace, NAME)
+    try:
+        ca_pem = base64.b64decode(api.get(path)["data"][CA_KEY])
+    except KubeError as exc:
+        if exc.status != 404:
+            raise
+        secret = serving_secret(namespace, JobCa.create(NAME))
+        apply(api, secret)
+        ca_pem = base64.b64decode(secret["data"][CA_KEY])
+    for doc in webhook_manifests(namespace, image):
+        apply(api, doc)
+    return webhook_conversion(ca_pem, service=service_reference(namespace))

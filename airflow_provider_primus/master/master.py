@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_primus.contracts.job import PrimusJob
+from airflow_provider_primus.contracts.job import stored_job
 from airflow_provider_primus.contracts.loader import load_data_spec, load_training_spec
 from airflow_provider_primus.contracts.status import Desired, EventType, JobStatus, Phase
 from airflow_provider_primus.data.service.dispatcher import Dispatcher
@@ -72,7 +72,7 @@ class Master:
     ) -> None:
         self.name, self.store, self.tick_s = name, store, tick_s
         record = store.get(name)
-        self.job = PrimusJob.model_validate(record.spec)
+        self.job = stored_job(record.spec)
         self.data = load_data_spec(self.job.spec.data)
         if self.job.spec.training:  # refused here, not by a trainer that would fail on it repeatedly
             load_training_spec(self.job.spec.training)

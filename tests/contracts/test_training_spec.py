@@ -253,9 +253,14 @@ def test_a_window_names_a_files_source_of_the_data() -> None:
     assert window_source(load_data_spec(EXAMPLE / "primus-data.yaml"), None) == "history"
 
 
+def beta(**spec: Any) -> dict[str, Any]:
+    """The model protocol is v1beta1's (contracts/versions.py)."""
+    return {**doc(**spec), "apiVersion": "primus.dev/v1beta1"}
+
+
 def test_a_python_model_names_its_factory_and_keeps_its_options_as_given() -> None:
     model = {"type": "python", "entrypoint": "acme.models:build", "options": {"tower": [32, 16], "name": "x"}}
-    spec = load_training_spec(doc(model=model)).spec.model
+    spec = load_training_spec(beta(model=model)).spec.model
     assert (spec.type, spec.entrypoint, spec.options) == ("python", "acme.models:build", model["options"])
 
 
@@ -277,5 +282,5 @@ def test_a_python_model_names_its_factory_and_keeps_its_options_as_given() -> No
 )  # fmt: skip
 def test_a_python_models_fields_are_checked_by_name(model: dict[str, Any], path: str, says: str) -> None:
     with pytest.raises(SpecError) as exc:
-        load_training_spec(doc(model=model))
+        load_training_spec(beta(model=model))
     assert path in messages(exc) and says in messages(exc)

@@ -16,7 +16,7 @@ from airflow_provider_primus.master.store import Conflict, JobExists, JobNotFoun
 from tests.kube_env import KubeEnv
 
 DOC: dict[str, Any] = {
-    "apiVersion": "primus.dev/v1alpha1",
+    "apiVersion": "primus.dev/v1beta1",  # what a store keeps: the newest version
     "kind": "PrimusJob",
     "metadata": {"name": "j"},
     "spec": {"data": "/specs/data.yaml", "backend": {"type": "kubernetes"}},

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from airflow_provider_primus.contracts import load_data_spec
-from airflow_provider_primus.contracts.job import PrimusJob
+from airflow_provider_primus.contracts.job import validate_job_spec
 from airflow_provider_primus.contracts.status import EventTimePayload, EventType
 from airflow_provider_primus.master.dataservice import JobData
 from airflow_provider_primus.master.events import EventLog
@@ -22,7 +22,7 @@ def data_document(root: Path, event_time: object) -> dict[str, object]:
 
 def planned_events(tmp_path: Path, event_time: object) -> list[tuple[str, dict[str, object]]]:
     data = load_data_spec(data_document(tmp_path, event_time))
-    job = PrimusJob.model_validate(
+    job = validate_job_spec(
         {
             "apiVersion": "primus.dev/v1alpha1",
             "kind": "PrimusJob",

@@ -42,6 +42,7 @@ def _recording_python(root: Path) -> tuple[Path, Path]:
 def _model(world: JobWorld, **model: Any) -> None:
     training = yaml.safe_load(world.training_path.read_text())
     training["spec"]["model"] = model
+    training["apiVersion"] = "primus.dev/v1beta1"  # the model protocol is v1beta1's
     training["spec"]["batch_size"] = 200
     world.training_path.write_text(yaml.safe_dump(training))
 

@@ -118,8 +118,10 @@ class World:
         return ids
 
     def training(self, path: Path, **spec: Any) -> Path:
+        # The model protocol (type python) is v1beta1's; the rest stays at v1alpha1, which still runs.
+        python = (spec.get("model") or {}).get("type") == "python"
         doc = {
-            "apiVersion": "primus.dev/v1alpha1",
+            "apiVersion": f"primus.dev/{'v1beta1' if python else 'v1alpha1'}",
             "kind": "PrimusTraining",
             "metadata": {"name": "t"},
             "spec": spec,

@@ -45,6 +45,7 @@ def _yarn_job(world: JobWorld, wheels: list[str]) -> Path:
         "options": {"tower": [8, 4]},
     }
     training["spec"]["batch_size"] = 200
+    training["apiVersion"] = "primus.dev/v1beta1"  # the model protocol is v1beta1's
     world.training_path.write_text(yaml.safe_dump(training))
     backend = {"type": "yarn", "yarn": {**YARN_JOB["backend"]["yarn"], "wheels": wheels}}
     return world.job(**{**YARN_JOB, "backend": backend})

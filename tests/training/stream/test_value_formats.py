@@ -5,17 +5,23 @@ are; every value that does not decode is dead-lettered with its reason and count
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kafka import KafkaConsumer
 
 from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.contracts.loader import load_training_spec
+from airflow_provider_primus.data.formats import FormatFileError
 from airflow_provider_primus.data.sources.kafka import produce
 from airflow_provider_primus.embedded.registry import RegistryState
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
+from airflow_provider_primus.training.stream.source import StreamSource
+from tests.training.conftest import kafka_source
 from tests.training.stream.formats_world import (
     AVRO_SCHEMA,
     MESSAGE,
@@ -125,3 +131,35 @@ def test_protobuf_with_a_descriptor_set_trains_and_dead_letters_bad_messages(
         protobuf={"descriptor_file": str(descriptors), "message": MESSAGE},
     )
     _check(_train(tmp_path, data_path), bad, bootstrap, topic)
+
+
+def test_a_bad_schema_file_stops_the_stream_before_it_reads(tmp_path: Path) -> None:
+    source = kafka_source(
+        "127.0.0.1:9", "t", value_format="avro", avro={"schema_file": str(tmp_path / "x.avsc")}
+    )
+    with pytest.raises(FormatFileError, match=r"avro\.schema_file: cannot read .*x\.avsc"):
+        StreamSource(source, dead_letters=False)
+
+
+def test_a_registry_that_cannot_be_reached_stops_the_stream_and_dead_letters_nothing(
+    kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    topic, bootstrap = new_topic("avro-down"), kafka_broker.bootstrap_servers
+    produce(bootstrap, topic, [wire(1, avro_bytes(r)) for r in rows(0, 5, seed=8)])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    registry = {"url": f"http://127.0.0.1:{closed}", "timeout_s": 2}
+    source = kafka_source(bootstrap, topic, value_format="avro", avro={"registry": registry})
+    src = StreamSource(source, passthrough=("row_id",), bounded=True)
+    try:
+        with pytest.raises(
+            RuntimeError, match=r"ingest failed: schema registry http://127\.0\.0\.1:\d+ cannot be"
+        ):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                src.fill(100)
+                src.take(src.buffered())
+        assert src.malformed_seen() == 0
+    finally:
+        src.close()

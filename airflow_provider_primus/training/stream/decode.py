@@ -74,6 +74,9 @@ class StreamDecoder:
         # gives, then screened and transformed exactly as JSON events are. None for JSON.
         self._values = value_decoder(source)
         self.undecodable = 0  # values that did not decode (dead-lettered with the reason)
+        self._decoded_columns = list(
+            dict.fromkeys([*self.transformer.input_columns(), *self._rules.allowed, *self._rules.required])
+        )
 
     def decode_block(self, partition: int, records: Sequence[Any]) -> tuple[list[TensorBatch], list[int]]:
         """Decode one partition's fetched records (on the decode thread, without the lock): the
@@ -114,7 +117,10 @@ class StreamDecoder:
         if not parsed:
             return 0
         try:
-            table = pa.Table.from_pylist([e for _, e in parsed])
+            # Column by column over the columns the rules and transforms read, not
+            # ``Table.from_pylist``: that takes its columns from the first record's keys, so in a
+            # block of two writer schemas a field the first record lacks would be null for all.
+            table = pa.table({c: [e.get(c) for _, e in parsed] for c in self._decoded_columns})
         except _UNUSABLE:
             table = None
         if table is not None and self._fits(table):

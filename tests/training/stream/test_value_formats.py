@@ -94,12 +94,22 @@ def test_avro_in_the_confluent_wire_format_through_the_registry(
 ) -> None:
     topic, bootstrap = new_topic("avro-registry"), kafka_broker.bootstrap_servers
     schema_id = register(schema_registry, f"{topic}-value")
-    good = [wire(schema_id, avro_bytes(r)) for r in rows(HISTORY_ROWS, STREAM_ROWS, seed=4)]
+    # The schema evolves mid-topic: v2 adds a field (the transforms do not use it).
+    v2 = {
+        **AVRO_SCHEMA,
+        "fields": [*AVRO_SCHEMA["fields"], {"name": "country", "type": "string", "default": ""}],
+    }
+    v2_id = register(schema_registry, f"{topic}-value", v2)
+    assert v2_id != schema_id
+    good = [
+        wire(v2_id, avro_bytes({**r, "country": "NL"}, v2)) if i % 3 == 0 else wire(schema_id, avro_bytes(r))
+        for i, r in enumerate(rows(HISTORY_ROWS, STREAM_ROWS, seed=4))
+    ]
     bad = [
         (b"{" + good[0][1:], "magic byte is 0x7b, expected 0x00"),
         (b"\x00\x00\x01", "3 byte(s), expected at least 5"),
         (wire(987_654, avro_bytes(rows(0, 1, seed=5)[0])), "schema id 987654: unknown schema id"),
-        (good[2][:9], "truncated Avro"),
+        (good[1][:9], "truncated Avro"),
     ]
     produce(bootstrap, topic, good[:300] + [v for v, _ in bad] + good[300:])
     registry = {"url": schema_registry.url, "ssl_cafile": schema_registry.ca_file}

@@ -74,7 +74,7 @@ class StreamDecoder:
         # gives, then screened and transformed exactly as JSON events are. None for JSON.
         self._values = value_decoder(source)
         self.undecodable = 0  # values that did not decode (dead-lettered with the reason)
-        self._decoded_columns = list(
+        self._decoded_columns: list[str] = list(
             dict.fromkeys([*self.transformer.input_columns(), *self._rules.allowed, *self._rules.required])
         )
 
@@ -117,10 +117,7 @@ class StreamDecoder:
         if not parsed:
             return 0
         try:
-            # Column by column over the columns the rules and transforms read, not
-            # ``Table.from_pylist``: that takes its columns from the first record's keys, so in a
-            # block of two writer schemas a field the first record lacks would be null for all.
-            table = pa.table({c: [e.get(c) for _, e in parsed] for c in self._decoded_columns})
+            table = self._table([e for _, e in parsed])
         except _UNUSABLE:
             table = None
         if table is not None and self._fits(table):
@@ -138,7 +135,7 @@ class StreamDecoder:
         if not survivors:
             return 0
         try:
-            table = pa.Table.from_pylist([e for _, e in survivors])
+            table = self._table([e for _, e in survivors])
             offsets = np.asarray([r.offset for r, _ in survivors], dtype=np.int64)
             return self._append(partition, self._transform(table), offsets)
         except _UNUSABLE:
@@ -252,6 +249,13 @@ class StreamDecoder:
             if len(wanted) == len(self._input_columns) and not any(pa.types.is_null(f.type) for f in wanted):
                 self._json_schema = pa.schema(wanted)
         return table
+
+    def _table(self, events: list[dict[str, Any]]) -> pa.Table:
+        """Events as a table of the columns the rules and transforms read, built column by column:
+        ``Table.from_pylist`` takes its columns from the first event's keys, so a field the first
+        event lacks (an optional one; an older writer schema in a registry topic) would be null for
+        every event of the block."""
+        return pa.table({c: [e.get(c) for e in events] for c in self._decoded_columns})
 
     def _fits(self, table: pa.Table) -> bool:
         """Whether a block read as one table meets the rules as a whole (then the kinds of the

@@ -60,3 +60,19 @@ def test_a_record_whose_id_changes_type_is_dead_lettered_not_coerced(tmp_path: P
     batches, dead = _decoder(tmp_path).decode_block(0, block)
     assert dead == [1]
     assert sum(len(b) for b in batches) == 2
+
+
+def test_the_per_event_path_keeps_a_field_its_first_event_lacks(tmp_path: Path) -> None:
+    """JSON's per-message path too (taken here for the block's one message that is not JSON)."""
+    events = rows(0, 3, seed=3)
+    first = {k: v for k, v in events[0].items() if k != "price"}
+    block = [Record(0, b"{not json")] + [
+        Record(i + 1, json.dumps(e).encode()) for i, e in enumerate([first, *events[1:]])
+    ]
+    source = kafka_source("127.0.0.1:9", "t")
+    batches, dead = StreamDecoder(source, ("row_id",), DeadLetters(source, enabled=False)).decode_block(
+        0, block
+    )
+    assert dead == [0]
+    [batch] = batches
+    assert batch.dense[1:, 0].tolist() == pytest.approx([e["price"] for e in events[1:]], rel=1e-6)

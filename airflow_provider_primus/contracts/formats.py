@@ -45,6 +45,12 @@ class SchemaRegistry(StrictModel):
     def _url(cls, value: str) -> str:
         if not _URL.fullmatch(value):
             raise ValueError(f"must be an http:// or https:// URL without query or fragment (got {value!r})")
+        if "@" in value.split("://", 1)[1].split("/", 1)[0]:
+            # Never echoed: the part before '@' may be a password.
+            raise ValueError(
+                "must not carry credentials (user:password@): it is copied into messages and logs; "
+                "use username and password_env"
+            )
         return value.rstrip("/")
 
     @field_validator("password_env")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_primus.cli import validate
+from airflow_provider_primus.contracts import SpecError, load_data_spec
 from airflow_provider_primus.contracts.formats import SchemaRegistry
 from airflow_provider_primus.data.formats import FormatFileError, RegistryUnavailableError, format_issues
 from airflow_provider_primus.data.formats.registry import RegistryClient, UnknownSchemaId
@@ -39,6 +40,10 @@ BOOT = "127.0.0.1:9092"
             "must be an http:// or https:// URL",
         ),
         (
+            {"value_format": "avro", "avro": {"registry": {"url": "https://svc:hunter2@r:8081"}}},
+            "must not carry credentials",
+        ),
+        (
             {"value_format": "avro", "avro": {"registry": {"url": "https://r", "username": "u"}}},
             "password_env: basic auth needs both username and password_env",
         ),
@@ -56,6 +61,16 @@ BOOT = "127.0.0.1:9092"
 def test_the_contract_refuses_bad_format_settings(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")):
         kafka_source(BOOT, "t", **fields)
+
+
+def test_a_password_in_the_registry_url_is_refused_without_being_echoed(tmp_path: Path) -> None:
+    registry = {"url": "https://svc:hunter2@r:8081"}
+    path = write_world(tmp_path, BOOT, "t", 10, value_format="avro", avro={"registry": registry})
+    with pytest.raises(SpecError) as raised:
+        load_data_spec(path)
+    [issue] = raised.value.issues
+    assert issue.path == "spec.sources[1].avro.registry.url" and "must not carry credentials" in issue.message
+    assert "hunter2" not in str(raised.value)
 
 
 def _avro(tmp_path: Path, text: str) -> list[tuple[str, str]]:

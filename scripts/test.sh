@@ -35,6 +35,13 @@ ensure_seaweedfs()'
 else
   echo "test: warning: no go on PATH; the Kubernetes control plane and the S3 server are not built and their tests skip (install Go >= 1.25)" >&2
 fi
+# Apicurio Registry, the real schema registry of the Avro wire-format tests: its server distribution
+# fetched once from Maven Central into the same cache (~140 MB), a stamp check afterwards.
+if command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1; then
+  .venv/bin/python -c 'import logging; logging.basicConfig(level=logging.INFO, format="test: %(message)s")
+from airflow_provider_primus.embedded.registry import ensure_registry
+ensure_registry()'
+fi
 # The project's images (data and trainer) as OCI archives in ~/.cache/airflow-provider-primus, keyed by a
 # hash of what goes into them: minutes the first time (the trainer installs torch), a hash check after.
 .venv/bin/python -c 'import logging, sys; logging.basicConfig(level=logging.INFO, format="test: %(message)s")

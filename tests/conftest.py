@@ -56,6 +56,11 @@ from airflow_provider_primus.embedded.kube.binaries import (  # noqa: E402
     ensure_binaries,
 )
 from airflow_provider_primus.embedded.kube.cluster import KubeCluster  # noqa: E402
+from airflow_provider_primus.embedded.registry import (  # noqa: E402
+    EmbeddedRegistry,
+    RegistryState,
+    ensure_registry,
+)
 from airflow_provider_primus.embedded.s3 import EmbeddedS3, S3State, ensure_seaweedfs  # noqa: E402
 from airflow_provider_primus.embedded.s3 import GoNotFoundError as S3GoNotFoundError  # noqa: E402
 from tests.kube_env import USERS as KUBE_ENV_USERS  # noqa: E402
@@ -115,6 +120,18 @@ def secured_kafka_broker(kafka_dist: KafkaDistribution) -> Iterator[EmbeddedKafk
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[RegistryState]:
+    """One Apicurio Registry (Confluent-compatible API, HTTPS with a CA made for the session) per
+    test session, started only by the tests that ask for it; fetched from Maven Central on first use."""
+    registry = EmbeddedRegistry(ensure_registry(), _SESSION_TMP / "registry")
+    state = registry.start()
+    try:
+        yield state
+    finally:
+        registry.stop()
 
 
 @pytest.fixture

@@ -30,7 +30,10 @@ Overheads, measured on the mixed run itself:
 - ``mixing_overhead_ratio``: steps/s of the mixed run (data service + Kafka + mixer feeding the
   model) over steps/s of the same step tensors fed to the same training step from memory;
 - ``ingest_ratio``: stream ingest rows/s (poll, decode, transform, tensors) over a bare kafka-python
-  consumer reading the same topic.
+  consumer reading the same topic (``json_ingest_rows_s`` is the same figure as ``ingest_rows_s``);
+- ``avro_ingest_rows_s``: the same events as Avro records (a schema file) through the stream source,
+  beside ``avro_bare_consumer_rows_s`` (polling only) and ``avro_decode_only_rows_s`` (polling and
+  fastavro decoding, nothing else): ``bench/avro_ingest.py``.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from typing import Any
 
 import torch
 
+from airflow_provider_primus.bench.avro_ingest import avro_ingest
 from airflow_provider_primus.bench.item_ctr import item_ctr_reference
 from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.contracts.data import PrimusData
@@ -343,6 +347,8 @@ def run(
         stream = next(s for s in data.spec.sources if isinstance(s, KafkaSource))
         log.info("stream ingest against a bare consumer")
         ingest = _ingest(stream)
+        log.info("the same events in Avro: ingest, bare consumer, decode only")
+        avro = avro_ingest(stream, root / "avro", _ingest)
     reference = _reference(world, batch_size)
     still_reference = _reference(still_world, batch_size, "stationary_world_")
     for r in (*results.values(), *by_default.values(), *old_log.values(), *still.values()):
@@ -409,6 +415,11 @@ def run(
         "ingest_rows_s": round(ingest["ours_rows_s"]),
         "bare_consumer_rows_s": round(ingest["bare_rows_s"]),
         "ingest_ratio": round(ingest["ratio"], 3),
+        "json_ingest_rows_s": round(ingest["ours_rows_s"]),
+        "avro_ingest_rows_s": round(avro["avro_ingest_rows_s"]),
+        "avro_bare_consumer_rows_s": round(avro["avro_bare_consumer_rows_s"]),
+        "avro_decode_only_rows_s": round(avro["avro_decode_only_rows_s"]),
+        "avro_ingest_ratio": round(avro["avro_ingest_ratio"], 3),
         "dead_lettered": per_mode("dead_lettered"),
         "torch_threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),

@@ -57,6 +57,7 @@ def _summaries() -> dict[str, Callable[[dict[str, Any], Path], Checked]]:
 
     def data(document: dict[str, Any], path: Path) -> Checked:
         spec = load_data_spec(document)
+        _check_format_files(spec, None)
         count = len(spec.spec.sources)
         return f"PrimusData {spec.metadata.name!r}: {count} source{'' if count == 1 else 's'}", spec, None
 
@@ -78,9 +79,32 @@ def _summaries() -> dict[str, Callable[[dict[str, Any], Path], Checked]]:
             f"{roles.data.replicas.min}..{roles.data.replicas.top}, scaling "
             f"{'on' if spec.spec.scaling.enabled else 'off'}"
         )
-        return summary, load_data_spec(stored["spec"]["data"]), "spec.data"
+        data_spec = load_data_spec(stored["spec"]["data"])
+        _check_format_files(data_spec, "spec.data")
+        return summary, data_spec, "spec.data"
 
     return {"PrimusData": data, "PrimusTraining": training, "PrimusJob": job}
+
+
+def _check_format_files(data: PrimusData, referenced_by: str | None) -> None:
+    """Refuse a Kafka source whose Avro schema or Protobuf descriptor file cannot be used here,
+    under the field that names it (the contract itself does no I/O)."""
+    from airflow_provider_primus.contracts import SpecError, SpecIssue
+    from airflow_provider_primus.contracts.sources import KafkaSource
+    from airflow_provider_primus.data.formats import format_issues
+
+    issues = []
+    for i, source in enumerate(data.spec.sources):
+        if not isinstance(source, KafkaSource):
+            continue
+        for field, message in format_issues(source):
+            path = f"spec.sources[{i}].{field}"
+            if referenced_by is not None:
+                issues.append(SpecIssue(referenced_by, f"{path}: {message}"))
+            else:
+                issues.append(SpecIssue(path, message))
+    if issues:
+        raise SpecError(issues)
 
 
 def _sample(data: PrimusData, rows: int, referenced_by: str | None) -> list[SpecIssue]:

@@ -16,6 +16,7 @@ from pydantic import Field, Strict, field_validator, model_validator
 
 from airflow_provider_primus.contracts.base import NonEmptyStr, SourceName, StrictModel, UtcDatetime, as_utc
 from airflow_provider_primus.contracts.errors import raise_issues, suggest
+from airflow_provider_primus.contracts.formats import AvroFormat, ProtobufFormat
 from airflow_provider_primus.contracts.kafka import KafkaSecurity
 from airflow_provider_primus.contracts.schema import SourceSchema
 from airflow_provider_primus.contracts.storage import ObjectStorage, storage_issues
@@ -224,7 +225,12 @@ class KafkaSource(StrictModel):
     # Required unless ``connection`` names an Airflow connection whose extra has bootstrap.servers.
     bootstrap_servers: str | None = None
     topic: TopicName
-    value_format: Literal["json"] = "json"
+    # How message values are encoded: JSON objects (one per message), Avro (a schema file, or the
+    # Confluent wire format resolved through a schema registry) or Protobuf (a descriptor set and
+    # a message name). ``avro``/``protobuf`` hold the settings of the format chosen, and only it.
+    value_format: Literal["json", "avro", "protobuf"] = "json"
+    avro: AvroFormat | None = None
+    protobuf: ProtobufFormat | None = None
     event_time_field: NonEmptyStr
     start: StartPolicy
     group_id: NonEmptyStr | None = None
@@ -292,6 +298,24 @@ class KafkaSource(StrictModel):
             raise_issues(
                 [(("bootstrap_servers",), "required (unless 'connection' names an Airflow kafka connection)")]
             )
+        return self
+
+    @model_validator(mode="after")
+    def _format_settings_match(self) -> KafkaSource:
+        issues: list[tuple[tuple[str, ...], str]] = []
+        for name in ("avro", "protobuf"):
+            given = getattr(self, name) is not None
+            if self.value_format == name and not given:
+                issues.append(((name,), f"required with value_format {name!r}"))
+            elif self.value_format != name and given:
+                issues.append(
+                    (
+                        (name,),
+                        f"only allowed with value_format {name!r} (value_format is {self.value_format!r})",
+                    )
+                )
+        if issues:
+            raise_issues(issues)
         return self
 
     @model_validator(mode="after")

@@ -21,6 +21,7 @@ from kafka import TopicPartition
 from airflow_provider_primus.contracts.data import PrimusData
 from airflow_provider_primus.contracts.sources import FileSource, KafkaSource
 from airflow_provider_primus.data.event_time import EventTimeFinding, check_values
+from airflow_provider_primus.data.formats import UndecodableValue, value_decoder
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import plan
 from airflow_provider_primus.data.reader import read_task
@@ -132,10 +133,12 @@ def _stream(source: KafkaSource, rows: int, timeout_s: float) -> EventTimeFindin
         return None
     ints: list[int] = []
     texts: list[str] = []
+    decoder = value_decoder(source)  # Avro or Protobuf values; None for JSON
+    decode = decoder.decode if decoder is not None else json.loads
     for value in _newest_values(source, rows, timeout_s):
         try:
-            event = json.loads(value)
-        except (TypeError, ValueError):
+            event = decode(value)
+        except (TypeError, ValueError, UndecodableValue):
             continue  # malformed messages are the dead-letter topic's business, not this check's
         found = event.get(event_time.column) if isinstance(event, dict) else None
         if isinstance(found, int) and not isinstance(found, bool):

@@ -46,8 +46,16 @@ def test_bench_hybrid_prints_one_json_line(
     for mode in ("batch", "stream", "mixed"):
         assert 0.0 < result["auc"][mode] < 1.0
         assert result["logloss"][mode] > 0
-    for key in ("mixing_overhead_ratio", "end_to_end_ratio", "ingest_ratio"):
+    for key in ("mixing_overhead_ratio", "end_to_end_ratio", "ingest_ratio", "avro_ingest_ratio"):
         assert result[key] > 0
+    for key in (
+        "json_ingest_rows_s",
+        "avro_ingest_rows_s",
+        "avro_bare_consumer_rows_s",
+        "avro_decode_only_rows_s",
+    ):
+        assert isinstance(result[key], int) and result[key] > 0, key
+    assert result["json_ingest_rows_s"] == result["ingest_rows_s"]
     assert set(result["freshness_p99_s"]) == {"stream", "mixed"}
     _check_side_by_side(result)
 

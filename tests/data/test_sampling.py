@@ -3,18 +3,21 @@ records from the real broker."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pyarrow as pa
 import pyarrow.csv as pacsv
 from kafka import KafkaProducer
 
 from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.data.sampling import sample_event_times
+from airflow_provider_primus.data.sources.kafka import produce
 from tests.data.conftest import T0, files_source, hour_dir, spec_doc
 
 SECONDS = int(T0.timestamp())
@@ -121,3 +124,28 @@ def test_an_absent_topic_is_a_problem_not_a_pass(kafka_broker: Any) -> None:
     data = load_data_spec(kafka_doc(kafka_broker.bootstrap_servers, "no-such-topic-here", "ts"))
     ((source, problem),) = sample_event_times(data, 10, timeout_s=5)
     assert source == "events" and "could not sample topic 'no-such-topic-here'" in problem
+
+
+def test_an_avro_topic_is_sampled_through_its_schema(
+    kafka_broker: Any, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = new_topic("sample-avro")
+    bootstrap = kafka_broker.bootstrap_servers
+    schema = {
+        "type": "record",
+        "name": "E",
+        "fields": [{"name": n, "type": "long"} for n in ("user_id", "clicked", "ts")],
+    }
+    schema_file = tmp_path / "e.avsc"
+    schema_file.write_text(json.dumps(schema))
+    parsed = fastavro.parse_schema(schema)
+    values = [b"\xff"]  # undecodable: skipped, as a malformed JSON message is
+    for k in range(5):  # epoch seconds, read as the default milliseconds: implausible
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, parsed, {"user_id": k, "clicked": 1, "ts": SECONDS + k})
+        values.append(buffer.getvalue())
+    produce(bootstrap, topic, values)
+    doc = kafka_doc(bootstrap, topic, "ts")
+    doc["spec"]["sources"][0].update(value_format="avro", avro={"schema_file": str(schema_file)})
+    ((source, problem),) = sample_event_times(load_data_spec(doc), 10)
+    assert source == "events" and "5 of 5 values" in problem

@@ -6,6 +6,11 @@ source's ``BatchTransformer``, the class the data executors use for files. Decod
 to one message at a time only when that block holds something malformed, so a bad event costs its
 own block a slow pass but never the stream.
 
+Avro and Protobuf values (``data/formats/``) are decoded one by one by compiled readers into the
+dicts a JSON event gives, read into one table per block and checked and transformed the same way;
+a value that does not decode (a bad magic byte, an unknown schema id, truncated Avro, bad protobuf)
+is dead-lettered with the reason, so both formats meet exactly the rules and transforms JSON does.
+
 A malformed message (not JSON, not an object, a missing or null label, a missing ID or event time,
 a value of the wrong type, a value the transforms cannot use; the rules are in ``screen.py``) is
 counted and forwarded to the dead-letter topic (``deadletters.py``) with the reason in its headers.
@@ -30,6 +35,7 @@ import torch
 
 from airflow_provider_primus.contracts.sources import KafkaSource
 from airflow_provider_primus.data.event_time import iso, unit_hint
+from airflow_provider_primus.data.formats import UndecodableValue, value_decoder
 from airflow_provider_primus.data.tensors import TensorBatch, to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer, MissingLabelError, SchemaMismatchError
 from airflow_provider_primus.training.stream.deadletters import DeadLetters
@@ -64,6 +70,13 @@ class StreamDecoder:
         self._block_malformed: list[int] = []
         self._block_records: Sequence[Any] = ()
         self._by_offset: dict[int, Any] | None = None
+        # Avro or Protobuf values: decoded one by one in compiled code into the dicts a JSON event
+        # gives, then screened and transformed exactly as JSON events are. None for JSON.
+        self._values = value_decoder(source)
+        self.undecodable = 0  # values that did not decode (dead-lettered with the reason)
+        self._decoded_columns: list[str] = list(
+            dict.fromkeys([*self.transformer.input_columns(), *self._rules.allowed, *self._rules.required])
+        )
 
     def decode_block(self, partition: int, records: Sequence[Any]) -> tuple[list[TensorBatch], list[int]]:
         """Decode one partition's fetched records (on the decode thread, without the lock): the
@@ -77,6 +90,8 @@ class StreamDecoder:
 
     def _decode(self, partition: int, records: Sequence[Any]) -> int:
         values = [r.value if r.value is not None else b"" for r in records]
+        if self._values is not None:
+            return self._decode_binary(partition, records, values)
         table = self._fast_table(values)
         if table is not None:
             try:
@@ -85,12 +100,42 @@ class StreamDecoder:
             except _UNUSABLE:
                 pass  # some event's values do not fit the schema: find it below
         parsed = [(r, e) for r in records if (e := self._parse(partition, r)) is not None]
+        return self._decode_events(partition, parsed)
+
+    def _decode_binary(self, partition: int, records: Sequence[Any], values: list[bytes]) -> int:
+        """Avro or Protobuf: every value decoded to a dict; when the block's table meets the rules
+        as a whole (the common case) it is transformed at once, else event by event like JSON."""
+        assert self._values is not None
+        decode = self._values.decode
+        parsed: list[tuple[Any, dict[str, Any]]] = []
+        for record, value in zip(records, values, strict=True):
+            try:
+                parsed.append((record, decode(value)))
+            except UndecodableValue as exc:
+                self.undecodable += 1
+                self._dead_letter(partition, record, str(exc))
+        if not parsed:
+            return 0
+        try:
+            table = self._table([e for _, e in parsed])
+        except _UNUSABLE:
+            table = None
+        if table is not None and self._fits(table):
+            try:
+                offsets = np.asarray([r.offset for r, _ in parsed], dtype=np.int64)
+                return self._append(partition, self._transform(table), offsets)
+            except _UNUSABLE:
+                pass  # some event's values do not fit the schema: find it below
+        return self._decode_events(partition, parsed)
+
+    def _decode_events(self, partition: int, parsed: list[tuple[Any, dict[str, Any]]]) -> int:
+        """Events one by one: each screened by the rules, the survivors transformed together."""
         self._rules.learn_from_events(e for _, e in parsed)
         survivors = [(r, e) for r, e in parsed if self._screen(partition, r, e)]
         if not survivors:
             return 0
         try:
-            table = pa.Table.from_pylist([e for _, e in survivors])
+            table = self._table([e for _, e in survivors])
             offsets = np.asarray([r.offset for r, _ in survivors], dtype=np.int64)
             return self._append(partition, self._transform(table), offsets)
         except _UNUSABLE:
@@ -197,22 +242,35 @@ class StreamDecoder:
                 table = pajson.read_json(pa.py_buffer(joined), read_options=read_options)
             except pa.ArrowException:
                 return None
-        if table.num_rows != len(values):
+        if table.num_rows != len(values) or not self._fits(table):
             return None
-        for column in self._rules.required:
-            if column not in table.column_names or table.column(column).null_count:
-                return None
-        # The reader gives each column one type or fails, so the types speak for every value: a
-        # type the schema does not allow (a string label, string IDs where this stream's are
-        # numbers) sends the block to the per-message path, where each such event is dead-lettered.
-        if not self._rules.table_fits(table):
-            return None
-        self._rules.learn_from_table(table)
         if self._json_schema is None:
             wanted = [f for f in table.schema if f.name in self._input_columns]
             if len(wanted) == len(self._input_columns) and not any(pa.types.is_null(f.type) for f in wanted):
                 self._json_schema = pa.schema(wanted)
         return table
+
+    def _table(self, events: list[dict[str, Any]]) -> pa.Table:
+        """Events as a table of the columns the rules and transforms read, built column by column:
+        ``Table.from_pylist`` takes its columns from the first event's keys, so a field the first
+        event lacks (an optional one; an older writer schema in a registry topic) would be null for
+        every event of the block."""
+        return pa.table({c: [e.get(c) for e in events] for c in self._decoded_columns})
+
+    def _fits(self, table: pa.Table) -> bool:
+        """Whether a block read as one table meets the rules as a whole (then the kinds of the
+        stream's learned columns are fixed from it); if not, its events are screened one by one.
+
+        A column has one type or the read fails, so its type speaks for every value: a type the
+        schema does not allow (a string label, string IDs where this stream's are numbers) sends the
+        block to the per-message path, where each such event is dead-lettered."""
+        for column in self._rules.required:
+            if column not in table.column_names or table.column(column).null_count:
+                return False
+        if not self._rules.table_fits(table):
+            return False
+        self._rules.learn_from_table(table)
+        return True
 
     def _transform(self, table: pa.Table) -> pa.RecordBatch:
         columns = self.transformer.input_columns()

@@ -43,7 +43,8 @@ _ARTICLE = {"integer": "an integer", "array": "an array", "object": "an object"}
 
 
 def json_kind(value: Any) -> str:
-    """The JSON type of a decoded value (``json.loads`` output), ints and floats told apart."""
+    """The JSON type of a decoded value (``json.loads`` output, or an Avro or Protobuf record's
+    field), ints and floats told apart."""
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
@@ -54,6 +55,8 @@ def json_kind(value: Any) -> str:
         return "string"
     if isinstance(value, dict):
         return "object"
+    if isinstance(value, (bytes, bytearray)):  # an Avro ``bytes`` or Protobuf ``bytes`` field
+        return "bytes"
     return "array"
 
 

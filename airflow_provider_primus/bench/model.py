@@ -10,7 +10,8 @@ embedded defaults.
   round's ratio user / built-in, where the user model is the built-in DLRM brought as a ``type:
   python`` entrypoint (``bench/dlrm_protocol.py``): what the escape hatch costs on the hot path.
   Target: at least ``USER_MODEL_TARGET``;
-- ``json_ingest_rows_s``: stream ingest (poll, decode, transform, tensors) of the world's JSON topic.
+- ``json_ingest_rows_s``, ``avro_ingest_rows_s``: stream ingest (poll, decode, transform, tensors)
+  of the world's events as JSON and as Avro records (``bench/avro_ingest.py``).
 
 Figures of features this version does not have are printed as null, with the reason in
 ``not_measured``.
@@ -28,6 +29,7 @@ from typing import Any
 
 import torch
 
+from airflow_provider_primus.bench.avro_ingest import avro_ingest
 from airflow_provider_primus.bench.dlrm_protocol import ENTRYPOINT
 from airflow_provider_primus.bench.hybrid import (
     WARMUP_STEPS,
@@ -50,7 +52,6 @@ USER_MODEL_TARGET = 0.95
 NOT_MEASURED = {
     "multi_hot_rows_s": "multi-hot (list) columns are not supported yet",
     "single_hot_rows_s": "measured beside multi_hot_rows_s, which is not supported yet",
-    "avro_ingest_rows_s": "the avro value format is not supported yet",
 }
 
 
@@ -121,8 +122,9 @@ def run(
         steps = runs["dlrm"].pop("_steps")
         speeds = _paired_speeds(data, kinds, steps, root, repeats)
         stream = next(s for s in data.spec.sources if isinstance(s, KafkaSource))
-        log.info("stream ingest")
+        log.info("stream ingest, JSON and Avro")
         json_ingest = _ingest(stream)["ours_rows_s"]
+        avro = avro_ingest(stream, root / "avro", _ingest)
     auc = {k: r["progressive"]["auc"] for k, r in runs.items()}
     ratio = statistics.median(u / b for b, u, _ in speeds)
     return {
@@ -142,6 +144,7 @@ def run(
         "user_model_target": USER_MODEL_TARGET,
         "user_model_target_met": ratio >= USER_MODEL_TARGET,
         "json_ingest_rows_s": round(json_ingest),
+        "avro_ingest_rows_s": round(avro["avro_ingest_rows_s"]),
         **dict.fromkeys(NOT_MEASURED),
         "not_measured": NOT_MEASURED,
         "torch_threads": torch.get_num_threads(),

@@ -38,5 +38,9 @@ def test_bench_model_prints_one_json_line(
     assert result["user_model_ratio"] == pytest.approx(
         result["user_model_samples_s"] / result["builtin_samples_s"], rel=0.01
     )
-    assert result["json_ingest_rows_s"] > 0 and result["dcn_v2_samples_s"] > 0
+    assert (
+        result["json_ingest_rows_s"] > 0
+        and result["avro_ingest_rows_s"] > 0
+        and result["dcn_v2_samples_s"] > 0
+    )
     assert all(result[k] is None for k in result["not_measured"])  # said as such, with the reason

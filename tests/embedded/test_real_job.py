@@ -31,7 +31,7 @@ from airflow_provider_primus.embedded.kafka.broker import EmbeddedKafka
 from airflow_provider_primus.embedded.kafka.distribution import KafkaDistribution
 from airflow_provider_primus.embedded.kube.access import ADMIN
 from airflow_provider_primus.embedded.kube.local import LocalCluster
-from airflow_provider_primus.embedded.kube.project_image import DATA, TRAINER, ProjectImage
+from airflow_provider_primus.embedded.kube.project_image import DATA, TRAINER, ProjectImage, build_on
 from airflow_provider_primus.embedded.kube.relay import TcpRelay
 from airflow_provider_primus.embedded.s3 import S3State
 from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resource_path
@@ -43,6 +43,7 @@ from airflow_provider_primus.master.client import ControlClient
 from airflow_provider_primus.master.jobs import submit, wait_for
 from airflow_provider_primus.master.store import JobRecord
 from tests.embedded.conftest import import_image
+from tests.example_package import build_wheel, example_project
 from tests.kube_env import install_crd
 from tests.master.conftest import trace_rows, trace_rows_of_group
 from tests.s3_helpers import admin_fs, new_bucket
@@ -452,6 +453,41 @@ def test_the_airflow_operator_runs_a_job_in_pods_and_the_sensor_follows_it(
     sensor = PrimusJobSensor(task_id="done", job=world.name, primus_conn_id="primus_pods", poke_interval=1.0)
     followed = sensor.execute(context())
     assert followed["phase"] == "Succeeded" and followed["job"] == world.name
+    assert_exactly_once(world)
+
+
+def test_a_users_model_trains_in_pods_from_an_image_built_on_the_trainer_image(
+    pod_world: Callable[[int], PodJobWorld],
+    real_cluster: LocalCluster,
+    project_images: dict[str, ProjectImage],
+    tmp_path: Path,
+) -> None:
+    """The way docs/models.md gives a Kubernetes job its model: the example's Dockerfile FROM the
+    project's trainer image with the example's wheel installed, named in images.trainer. The model
+    is not importable where the job is submitted, so the trainer's first step is its check."""
+    project = example_project(tmp_path / "example")
+    build_wheel(project)
+    name = f"primus.dev/two-tower-trainer:{uuid.uuid4().hex[:8]}"
+    archive = build_on(project_images[TRAINER], project, name, tmp_path / "two-tower.tar")
+    import_image(real_cluster, ProjectImage("two-tower", name, archive, ""))
+    world = pod_world(1)
+    world.images = {**world.images, TRAINER: name}  # this test only: the fixture's dict is shared
+    world.produce_stream(200, seed=5)
+    path = world.job()
+    training = yaml.safe_load((world.docs / "training.yaml").read_text())
+    training["apiVersion"] = "primus.dev/v1beta1"  # the model protocol is v1beta1's
+    training["spec"]["batch_size"] = 200
+    training["spec"]["model"] = {
+        "type": "python",
+        "entrypoint": "two_tower:build",
+        "options": {"tower": [8, 4]},
+    }
+    (world.docs / "training.yaml").write_text(yaml.safe_dump(training, sort_keys=False))
+    submit(path, store=world.store)
+    start_master_pod(world.store, world.name)
+    done = world.wait("the job ends", ended, timeout_s=900)
+    assert done.status["phase"] == "Succeeded", f"{done.status.get('message')}\n{world.diagnostics()}"
+    assert world.pods()["job-trainer-0-0"]["spec"]["containers"][0]["image"] == name
     assert_exactly_once(world)
 
 

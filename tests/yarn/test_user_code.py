@@ -4,9 +4,6 @@ application, localized into every executor's container and put ahead on its impo
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,26 +12,12 @@ import yaml
 from airflow_provider_primus.contracts import SpecError
 from airflow_provider_primus.master.jobs import submit
 from airflow_provider_primus.training.checkpoints.snapshots import latest_snapshot
+from tests.example_package import DISTRIBUTION, build_wheel, example_project
 from tests.master.conftest import JobWorld
 from tests.master.test_master import assert_exactly_once, ended
-from tests.training.test_entrypoint import EXAMPLE
 from tests.yarn.test_job import YARN_JOB, running, until
 
 pytestmark = [pytest.mark.yarn, pytest.mark.timeout(600)]
-
-
-def build_wheel(root: Path) -> Path:
-    """The example package as its author would ship it: ``pip wheel`` of a copy of its project."""
-    project = root / "two_tower"
-    shutil.copytree(EXAMPLE.parent, project, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    out = root / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(project),
-         "-w", str(out)],
-        check=True, timeout=300,
-    )  # fmt: skip
-    [wheel] = out.glob("*.whl")
-    return wheel
 
 
 def _yarn_job(world: JobWorld, wheels: list[str]) -> Path:
@@ -54,7 +37,7 @@ def _yarn_job(world: JobWorld, wheels: list[str]) -> Path:
 def test_a_python_model_shipped_as_a_wheel_trains_in_the_containers(
     yarn_world: JobWorld, tmp_path: Path
 ) -> None:
-    wheel = build_wheel(tmp_path)
+    wheel = build_wheel(example_project(tmp_path))
     submit(_yarn_job(yarn_world, [str(wheel)]), store=yarn_world.store)
     with running(yarn_world):
         record = until(yarn_world, ended)
@@ -64,10 +47,7 @@ def test_a_python_model_shipped_as_a_wheel_trains_in_the_containers(
     snapshot = latest_snapshot(yarn_world.home / "jobs" / "job" / "train" / "model")
     assert snapshot is not None
     model = snapshot.manifest["model"]
-    assert (model["entrypoint"], model["package"]) == (
-        "two_tower:build",
-        {"name": "two-tower-example", "version": "0.1.0"},
-    )
+    assert (model["entrypoint"], model["package"]) == ("two_tower:build", DISTRIBUTION)
 
 
 def test_submit_refuses_what_cannot_go_on_the_import_path(yarn_world: JobWorld, tmp_path: Path) -> None:

@@ -358,6 +358,31 @@ def _forget_older(home: Path, buildah: Buildah, target: str, keep: str) -> None:
                 subprocess.run(buildah.argv("rmi", ref), capture_output=True, check=False)
 
 
+def build_on(
+    base: ProjectImage, context: Path, name: str, archive: Path, *, cache_dir: Path | None = None
+) -> Path:
+    """A user's image built FROM one of the project's (``context``'s Dockerfile takes it as its
+    ``TRAINER`` build argument, as docs/examples/two_tower/Dockerfile does), with the same buildah
+    store (the base's layers are not copied again) and no network; written to ``archive`` as an OCI
+    archive for ``ctr images import``."""
+    home = (cache_dir or default_cache_dir()) / HOME
+    buildah = Buildah(home)
+    with locked(home):
+        if not buildah.has_image(base.name):  # a cached archive whose store entry was pruned
+            buildah.run("pull", "--quiet", f"oci-archive:{base.archive}", what="loading the base image")
+        try:
+            buildah.run(
+                "bud", "--pull-never", "--network", "none", "--format", "oci",
+                "--build-arg", f"TRAINER={base.name}", "-t", name, str(context),
+                what=f"building {name}",
+            )  # fmt: skip
+        finally:
+            buildah.cleanup_containers()
+        buildah.run("push", "--quiet", name, f"oci-archive:{archive}:{name}", what=f"exporting {name}")
+        subprocess.run(buildah.argv("rmi", name), capture_output=True, check=False)  # its layers stay cached
+    return archive
+
+
 def ensure_project_images(
     targets: Iterable[str] = TARGETS, cache_dir: Path | None = None, *, root: Path | None = None
 ) -> dict[str, ProjectImage]:

@@ -118,7 +118,7 @@ def defaults_training(data: PrimusData, batch_size: int, seed: int) -> PrimusTra
 
 
 @contextlib.contextmanager
-def _broker(bootstrap: str | None, workdir: Path) -> Iterator[str]:
+def broker(bootstrap: str | None, workdir: Path) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
@@ -133,7 +133,7 @@ def _broker(bootstrap: str | None, workdir: Path) -> Iterator[str]:
         kafka.stop()
 
 
-def _run_mode(
+def run_mode(
     data: PrimusData, training: PrimusTraining, mode: str, workdir: Path, record: bool
 ) -> dict[str, Any]:
     steps: list[list[tuple[str, TensorBatch]]] = []
@@ -193,7 +193,7 @@ def _from_memory(
         trainer.close()
 
 
-def _ingest(source: KafkaSource, repeats: int = 5) -> dict[str, float]:
+def ingest(source: KafkaSource, repeats: int = 5) -> dict[str, float]:
     """Medians over ``repeats`` back-to-back pairs (bare, ours): one pass over a small topic is too
     short to measure alone on a shared machine, and pairing keeps both on the same conditions."""
     runs = [_ingest_once(source) for _ in range(repeats)]
@@ -243,7 +243,7 @@ def _ingest_once(source: KafkaSource) -> dict[str, float]:
     return {"bare_rows_s": total / bare_s, "ours_rows_s": rows / ours_s, "messages": total}
 
 
-def _publish_world(world: World, root: Path, bootstrap: str, label: str) -> tuple[PrimusData, int]:
+def publish_world(world: World, root: Path, bootstrap: str, label: str) -> tuple[PrimusData, int]:
     """The world's history under ``root``, its stream on a new topic, and the data document."""
     root.mkdir(parents=True, exist_ok=True)
     topic = f"bench-{label}-{uuid.uuid4().hex[:8]}"
@@ -317,22 +317,22 @@ def run(
     )
     old_world = dataclasses.replace(world, start=world.start - timedelta(days=OLD_LOG_DAYS))
     still_world = dataclasses.replace(world, item_lifecycle=False)
-    with _broker(bootstrap_servers, root) as bootstrap:
+    with broker(bootstrap_servers, root) as bootstrap:
         log.info("publishing the click log")
-        data, messages = _publish_world(world, root / "live", bootstrap, "clicks")
-        old_data, _ = _publish_world(old_world, root / "old-log", bootstrap, "old-log")
+        data, messages = publish_world(world, root / "live", bootstrap, "clicks")
+        old_data, _ = publish_world(old_world, root / "old-log", bootstrap, "old-log")
         training = bench_training(batch_size, seed)
-        results = {m: _run_mode(data, training, m, root / "best", record=m == "mixed") for m in MODES}
+        results = {m: run_mode(data, training, m, root / "best", record=m == "mixed") for m in MODES}
         defaults = defaults_training(data, batch_size, seed)
-        by_default = {m: _run_mode(data, defaults, m, root / "defaults", record=False) for m in MODES}
+        by_default = {m: run_mode(data, defaults, m, root / "defaults", record=False) for m in MODES}
         old_defaults = defaults_training(old_data, batch_size, seed)
         old_log = {
-            m: _run_mode(old_data, old_defaults, m, root / "old-log-runs", False) for m in OLD_LOG_MODES
+            m: run_mode(old_data, old_defaults, m, root / "old-log-runs", False) for m in OLD_LOG_MODES
         }
         log.info("publishing the stationary world")
-        still_data, _ = _publish_world(still_world, root / "stationary", bootstrap, "stationary")
+        still_data, _ = publish_world(still_world, root / "stationary", bootstrap, "stationary")
         still_defaults = defaults_training(still_data, batch_size, seed)
-        still = {m: _run_mode(still_data, still_defaults, m, root / "stationary-runs", False) for m in MODES}
+        still = {m: run_mode(still_data, still_defaults, m, root / "stationary-runs", False) for m in MODES}
         recorded = results["mixed"].pop("_steps")
         # Paired and repeated: the two loops take seconds each, and a shared machine's noise between
         # two single runs is larger than the difference being measured.
@@ -346,9 +346,9 @@ def run(
         mixing_ratio = statistics.median(x / m for m, x in pairs)
         stream = next(s for s in data.spec.sources if isinstance(s, KafkaSource))
         log.info("stream ingest against a bare consumer")
-        ingest = _ingest(stream)
+        ingested = ingest(stream)
         log.info("the same events in Avro: ingest, bare consumer, decode only")
-        avro = avro_ingest(stream, root / "avro", _ingest)
+        avro = avro_ingest(stream, root / "avro", ingest)
     reference = _reference(world, batch_size)
     still_reference = _reference(still_world, batch_size, "stationary_world_")
     for r in (*results.values(), *by_default.values(), *old_log.values(), *still.values()):
@@ -412,10 +412,10 @@ def run(
         "mixing_overhead_ratio": round(mixing_ratio, 3),
         "mixed_steps_s": round(mixed_steps_s, 2) if mixed_steps_s else None,
         "end_to_end_ratio": round(mixed_steps_s / memory_steps_s, 3) if mixed_steps_s else None,
-        "ingest_rows_s": round(ingest["ours_rows_s"]),
-        "bare_consumer_rows_s": round(ingest["bare_rows_s"]),
-        "ingest_ratio": round(ingest["ratio"], 3),
-        "json_ingest_rows_s": round(ingest["ours_rows_s"]),
+        "ingest_rows_s": round(ingested["ours_rows_s"]),
+        "bare_consumer_rows_s": round(ingested["bare_rows_s"]),
+        "ingest_ratio": round(ingested["ratio"], 3),
+        "json_ingest_rows_s": round(ingested["ours_rows_s"]),
         "avro_ingest_rows_s": round(avro["avro_ingest_rows_s"]),
         "avro_bare_consumer_rows_s": round(avro["avro_bare_consumer_rows_s"]),
         "avro_decode_only_rows_s": round(avro["avro_decode_only_rows_s"]),

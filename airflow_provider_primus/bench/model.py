@@ -33,11 +33,11 @@ from airflow_provider_primus.bench.avro_ingest import avro_ingest
 from airflow_provider_primus.bench.dlrm_protocol import ENTRYPOINT
 from airflow_provider_primus.bench.hybrid import (
     WARMUP_STEPS,
-    _broker,
-    _ingest,
-    _publish_world,
-    _run_mode,
+    broker,
     defaults_training,
+    ingest,
+    publish_world,
+    run_mode,
 )
 from airflow_provider_primus.contracts.data import PrimusData
 from airflow_provider_primus.contracts.sources import KafkaSource
@@ -114,17 +114,17 @@ def run(
         users=users,
         items=items,
     )
-    with _broker(bootstrap_servers, root) as bootstrap:
+    with broker(bootstrap_servers, root) as bootstrap:
         log.info("publishing the click log")
-        data, messages = _publish_world(world, root / "live", bootstrap, "model")
+        data, messages = publish_world(world, root / "live", bootstrap, "model")
         kinds = _kinds(defaults_training(data, batch_size, seed))
-        runs = {k: _run_mode(data, t, "mixed", root / k, record=k == "dlrm") for k, t in kinds.items()}
+        runs = {k: run_mode(data, t, "mixed", root / k, record=k == "dlrm") for k, t in kinds.items()}
         steps = runs["dlrm"].pop("_steps")
         speeds = _paired_speeds(data, kinds, steps, root, repeats)
         stream = next(s for s in data.spec.sources if isinstance(s, KafkaSource))
         log.info("stream ingest, JSON and Avro")
-        json_ingest = _ingest(stream)["ours_rows_s"]
-        avro = avro_ingest(stream, root / "avro", _ingest)
+        json_ingest = ingest(stream)["ours_rows_s"]
+        avro = avro_ingest(stream, root / "avro", ingest)
     auc = {k: r["progressive"]["auc"] for k, r in runs.items()}
     ratio = statistics.median(u / b for b, u, _ in speeds)
     return {

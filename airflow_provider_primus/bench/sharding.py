@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from airflow_provider_primus.data.tensors import TensorBatch
-from airflow_provider_primus.embedded.s3.server import free_ports  # loopback ports
+from airflow_provider_primus.embedded.server_process import free_ports  # loopback ports
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 from airflow_provider_primus.training.checkpoints.files import CheckpointStore
 from airflow_provider_primus.training.checkpoints.shards import model_state, prune_shards

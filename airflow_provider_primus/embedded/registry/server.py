@@ -13,26 +13,21 @@ realm, so a username and password cannot be set on the server alone.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import socket
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from airflow_provider_primus.embedded.registry.distribution import RegistryDistribution
+from airflow_provider_primus.embedded.server_process import LOOPBACK, ServerProcess, free_ports
 from airflow_provider_primus.errors import PrimusError
-from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 from airflow_provider_primus.tls import JobCa, write_private
 
 __all__ = ["CCOMPAT_PATH", "EmbeddedRegistry", "RegistryServerError", "RegistryState"]
 
-LOOPBACK = "127.0.0.1"
 CCOMPAT_PATH = "/apis/ccompat/v7"
 
 
@@ -53,32 +48,16 @@ class RegistryState:
         return self.base_url + CCOMPAT_PATH
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class EmbeddedRegistry:
+class EmbeddedRegistry(ServerProcess[RegistryState]):
     """``java -jar <runner>`` with HTTPS on a free loopback port."""
 
+    log_name = "registry.log"
+    stop_grace_s = 20.0
+
     def __init__(self, dist: RegistryDistribution, workdir: Path, *, java: str | None = None) -> None:
+        super().__init__(workdir)
         self.dist = dist
-        self.workdir = workdir
         self.java = java or shutil.which("java") or "java"
-        self.process: subprocess.Popen[bytes] | None = None
-        self.state: RegistryState | None = None
-
-    @property
-    def log_file(self) -> Path:
-        return self.workdir / "registry.log"
-
-    def _log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
 
     def _tls(self) -> tuple[Path, Path, Path]:
         ca_file, cert_file, key_file = (self.workdir / n for n in ("ca.pem", "cert.pem", "key.pem"))
@@ -91,12 +70,12 @@ class EmbeddedRegistry:
         return ca_file, cert_file, key_file
 
     def start(self, timeout_s: float = 120.0) -> RegistryState:
-        if self.process is not None and self.process.poll() is None:
+        if self.running():
             raise RegistryServerError("already running")
         started = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         ca_file, cert_file, key_file = self._tls()
-        port = free_port()
+        [port] = free_ports(1)
         command = [
             self.java,
             "-Xmx384m",
@@ -111,15 +90,7 @@ class EmbeddedRegistry:
             "-jar",
             str(self.dist.runner),
         ]
-        with open(self.log_file, "ab") as log:
-            self.process = subprocess.Popen(
-                tied_to_launcher(command),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.workdir,
-                start_new_session=True,
-            )
+        process = self.spawn(command)
         base_url = f"https://{LOOPBACK}:{port}"
         context = ssl.create_default_context(cafile=str(ca_file))
         try:
@@ -128,7 +99,7 @@ class EmbeddedRegistry:
             self.stop()
             raise
         self.state = RegistryState(
-            pid=self.process.pid,
+            pid=process.pid,
             base_url=base_url,
             ca_file=str(ca_file),
             startup_seconds=round(time.monotonic() - started, 2),
@@ -151,27 +122,6 @@ class EmbeddedRegistry:
                 )
             time.sleep(delay)  # no notification to block on: poll, growing, bounded by the deadline
             delay = min(delay * 1.5, 0.5)
-
-    def stop(self, grace_s: float = 20.0) -> None:
-        process, self.process = self.process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            stop_process_group(process.pid, child=process, grace_s=grace_s)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5)
-        self.state = None
-
-    def __enter__(self) -> RegistryState:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _ready(base_url: str, context: ssl.SSLContext) -> bool:

@@ -19,23 +19,18 @@ what a mock assumes. Guarantees:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
-import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
+from airflow_provider_primus.embedded.server_process import LOOPBACK, ServerProcess, free_ports
 from airflow_provider_primus.errors import PrimusError
-from airflow_provider_primus.process import stop_process_group, tied_to_launcher
 
-LOOPBACK = "127.0.0.1"
 REGION = "us-east-1"
 ACTIONS = ("Admin", "Read", "List", "Tagging", "Write")
 
@@ -62,20 +57,6 @@ class S3State:
         return int(self.endpoint.rsplit(":", 1)[1])
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports (held open together while chosen, so none repeats)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((LOOPBACK, 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 def identities_config(identities: dict[str, tuple[str, str, tuple[str, ...]]]) -> str:
     """SeaweedFS's ``-s3.config`` document: name -> (access key, secret, actions)."""
     return json.dumps(
@@ -93,8 +74,10 @@ def identities_config(identities: dict[str, tuple[str, str, tuple[str, ...]]]) -
     )
 
 
-class EmbeddedS3:
+class EmbeddedS3(ServerProcess[S3State]):
     """``weed server`` with S3 on loopback, data kept in ``workdir/data`` across restarts."""
+
+    log_name = "weed.log"
 
     def __init__(
         self,
@@ -105,26 +88,14 @@ class EmbeddedS3:
         secret_key: str | None = None,
         extra_identities: dict[str, tuple[str, str, tuple[str, ...]]] | None = None,
     ) -> None:
+        super().__init__(workdir)
         self.weed = weed
-        self.workdir = workdir
         self.access_key = access_key or "PRIMUS" + secrets.token_hex(7).upper()
         self.secret_key = secret_key or secrets.token_urlsafe(30)
         self.extra_identities = dict(extra_identities or {})
-        self.process: subprocess.Popen[bytes] | None = None
-        self.state: S3State | None = None
-
-    @property
-    def log_file(self) -> Path:
-        return self.workdir / "weed.log"
-
-    def _log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
 
     def start(self, timeout_s: float = 90.0) -> S3State:
-        if self.process is not None and self.process.poll() is None:
+        if self.running():
             raise S3ServerError("already running")
         started = time.monotonic()
         data = self.workdir / "data"
@@ -166,15 +137,7 @@ class EmbeddedS3:
             "-volume.max=200",
             "-master.volumeSizeLimitMB=64",
         ]
-        with open(self.log_file, "ab") as log:
-            self.process = subprocess.Popen(
-                tied_to_launcher(command),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.workdir,
-                start_new_session=True,
-            )
+        process = self.spawn(command)
         deadline = started + timeout_s
         try:
             self._wait_ready(master, s3, deadline)
@@ -182,7 +145,7 @@ class EmbeddedS3:
             self.stop()
             raise
         self.state = S3State(
-            pid=self.process.pid,
+            pid=process.pid,
             endpoint=f"http://{LOOPBACK}:{s3}",
             access_key=self.access_key,
             secret_key=self.secret_key,
@@ -212,27 +175,6 @@ class EmbeddedS3:
             # No notification to block on: poll with a growing interval, bounded by the deadline.
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
-
-    def stop(self, grace_s: float = 30.0) -> None:
-        process, self.process = self.process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            stop_process_group(process.pid, child=process, grace_s=grace_s)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5)
-        self.state = None
-
-    def __enter__(self) -> S3State:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _volume_registered(master: int) -> bool:

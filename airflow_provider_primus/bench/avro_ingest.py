@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import statistics
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import fastavro
 
+from airflow_provider_primus.bench.bare_consumer import bare_pass
 from airflow_provider_primus.contracts.formats import AvroFormat
 from airflow_provider_primus.contracts.sources import KafkaSource
 from airflow_provider_primus.data.formats.avro import load_avro_schema
@@ -81,33 +81,10 @@ def _copy_as_avro(source: KafkaSource, workdir: Path) -> KafkaSource:
 
 def _decode_only(source: KafkaSource) -> float:
     """Rows/s of a bare consumer that polls the topic and decodes every value with fastavro."""
-    from kafka import TopicPartition
-
-    from airflow_provider_primus.data.sources.kafka_client import consumer
-
     assert source.avro is not None and source.avro.schema_file is not None
     schema = load_avro_schema(source.avro.schema_file)
-    bare: Any = consumer(
-        source,
-        enable_auto_commit=False,
-        max_poll_records=5000,
-        fetch_max_bytes=64 * 1024 * 1024,
-        max_partition_fetch_bytes=16 * 1024 * 1024,
-    )
-    tps = [TopicPartition(source.topic, p) for p in sorted(bare.partitions_for_topic(source.topic))]
-    bare.assign(tps)
-    bare.seek_to_beginning(*tps)
-    total: int = sum(bare.end_offsets(tps).values())
     reader = fastavro.schemaless_reader
-    started = time.perf_counter()
-    seen = 0
-    while seen < total:
-        for records in bare.poll(timeout_ms=1000).values():
-            for record in records:
-                reader(io.BytesIO(record.value), schema, None)
-            seen += len(records)
-    elapsed = time.perf_counter() - started
-    bare.close()
+    total, elapsed, _ = bare_pass(source, lambda value: reader(io.BytesIO(value), schema, None))
     return total / elapsed
 
 

@@ -54,6 +54,7 @@ from typing import Any
 import torch
 
 from airflow_provider_primus.bench.avro_ingest import avro_ingest
+from airflow_provider_primus.bench.bare_consumer import bare_pass
 from airflow_provider_primus.bench.item_ctr import item_ctr_reference
 from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.contracts.data import PrimusData
@@ -207,32 +208,8 @@ def ingest(source: KafkaSource, repeats: int = 5) -> dict[str, float]:
 
 def _ingest_once(source: KafkaSource) -> dict[str, float]:
     """Rows/s through our stream source vs a bare kafka-python consumer, same topic, same fetch sizes."""
-    from kafka import TopicPartition
-
-    from airflow_provider_primus.data.sources.kafka_client import consumer
-
-    bare: Any = consumer(
-        source,
-        enable_auto_commit=False,
-        max_poll_records=5000,
-        fetch_max_bytes=64 * 1024 * 1024,
-        max_partition_fetch_bytes=16 * 1024 * 1024,
-    )
-    tps = [TopicPartition(source.topic, p) for p in sorted(bare.partitions_for_topic(source.topic))]
-    bare.assign(tps)
-    bare.seek_to_beginning(*tps)
-    total = sum(bare.end_offsets(tps).values())
-    started = time.perf_counter()
-    seen = 0
-    while seen < total:
-        for records in bare.poll(timeout_ms=1000).values():
-            seen += len(records)
-    bare_s = time.perf_counter() - started
-    bare.close()
-
-    ours = StreamSource(
-        source, start_offsets={tp.partition: 0 for tp in tps}, bounded=True, dead_letters=False
-    )
+    total, bare_s, partitions = bare_pass(source)
+    ours = StreamSource(source, start_offsets=dict.fromkeys(partitions, 0), bounded=True, dead_letters=False)
     started = time.perf_counter()
     rows = 0
     while not ours.exhausted():

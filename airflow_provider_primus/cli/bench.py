@@ -87,15 +87,7 @@ def register(sub: Any) -> None:
         "in-memory tensors and stream ingest against a bare kafka-python consumer. Starts an embedded "
         "broker unless --bootstrap-servers is given.",
     )
-    h.add_argument("--history-days", type=int, default=20)
-    h.add_argument("--stream-days", type=int, default=3)
-    h.add_argument("--rows-per-day", type=int, default=20_000)
-    h.add_argument("--users", type=int, default=20_000, help="users on day 0 (3%% more arrive daily)")
-    h.add_argument("--items", type=int, default=5_000, help="items on day 0 (3%% more arrive daily)")
-    h.add_argument("--batch-size", type=int, default=512)
-    h.add_argument("--seed", type=int, default=7)
-    h.add_argument("--bootstrap-servers", help="use this broker instead of an embedded one")
-    h.add_argument("--workdir", type=Path, help="where to generate the data (default: system temp)")
+    _click_log_world(h, history_days=20, stream_days=3)
     h.set_defaults(handler=run_hybrid)
 
     mo = bsub.add_parser(
@@ -107,18 +99,10 @@ def register(sub: Any) -> None:
         "repeated, for rows/s and the user model's ratio; and stream ingest. Starts an embedded "
         "broker unless --bootstrap-servers is given.",
     )
-    mo.add_argument("--history-days", type=int, default=6)
-    mo.add_argument("--stream-days", type=int, default=1)
-    mo.add_argument("--rows-per-day", type=int, default=20_000)
-    mo.add_argument("--users", type=int, default=20_000)
-    mo.add_argument("--items", type=int, default=5_000)
-    mo.add_argument("--batch-size", type=int, default=512)
-    mo.add_argument("--seed", type=int, default=7)
+    _click_log_world(mo, history_days=6, stream_days=1)
     mo.add_argument(
         "--repeats", type=count_of("repeats"), default=5, help="interleaved rounds of speed passes" + median
     )
-    mo.add_argument("--bootstrap-servers", help="use this broker instead of an embedded one")
-    mo.add_argument("--workdir", type=Path, help="where to generate the data (default: system temp)")
     mo.set_defaults(handler=run_model)
 
     ts = bsub.add_parser(
@@ -225,6 +209,34 @@ def register(sub: Any) -> None:
     s = _register_sharding(bsub)
     for each in (p, d, h, mo, a, k, f, s, ts):
         each.add_argument("--json", action="store_true", help="only the JSON line: no progress on a terminal")
+
+
+def _click_log_world(parser: argparse.ArgumentParser, *, history_days: int, stream_days: int) -> None:
+    """The generated click log's size, the training batch and seed, and where it runs: the options the
+    benchmarks on ``primus gen``'s world share."""
+    parser.add_argument("--history-days", type=int, default=history_days)
+    parser.add_argument("--stream-days", type=int, default=stream_days)
+    parser.add_argument("--rows-per-day", type=int, default=20_000)
+    parser.add_argument("--users", type=int, default=20_000, help="users on day 0 (3%% more arrive daily)")
+    parser.add_argument("--items", type=int, default=5_000, help="items on day 0 (3%% more arrive daily)")
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--bootstrap-servers", help="use this broker instead of an embedded one")
+    parser.add_argument("--workdir", type=Path, help="where to generate the data (default: system temp)")
+
+
+def _world_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "history_days": args.history_days,
+        "stream_days": args.stream_days,
+        "rows_per_day": args.rows_per_day,
+        "users": args.users,
+        "items": args.items,
+        "batch_size": args.batch_size,
+        "seed": args.seed,
+        "bootstrap_servers": args.bootstrap_servers,
+        "workdir": args.workdir,
+    }
 
 
 def _register_sharding(bsub: Any) -> argparse.ArgumentParser:
@@ -379,37 +391,10 @@ def run_train_scale(args: argparse.Namespace) -> int:
 def run_hybrid(args: argparse.Namespace) -> int:
     from airflow_provider_primus.bench.hybrid import run
 
-    return _report(
-        args,
-        lambda: run(
-            history_days=args.history_days,
-            stream_days=args.stream_days,
-            rows_per_day=args.rows_per_day,
-            users=args.users,
-            items=args.items,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            bootstrap_servers=args.bootstrap_servers,
-            workdir=args.workdir,
-        ),
-    )
+    return _report(args, lambda: run(**_world_kwargs(args)))
 
 
 def run_model(args: argparse.Namespace) -> int:
     from airflow_provider_primus.bench.model import run
 
-    return _report(
-        args,
-        lambda: run(
-            history_days=args.history_days,
-            stream_days=args.stream_days,
-            rows_per_day=args.rows_per_day,
-            users=args.users,
-            items=args.items,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            repeats=args.repeats,
-            bootstrap_servers=args.bootstrap_servers,
-            workdir=args.workdir,
-        ),
-    )
+    return _report(args, lambda: run(**_world_kwargs(args), repeats=args.repeats))

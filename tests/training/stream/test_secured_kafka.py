@@ -11,9 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.contracts.loader import load_training_spec
@@ -21,7 +19,8 @@ from airflow_provider_primus.data.sources.kafka import ensure_topic, produce
 from airflow_provider_primus.data.sources.kafka_client import KafkaAuthError, client_config
 from airflow_provider_primus.embedded.kafka import EmbeddedKafka
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
-from tests.training.conftest import SCHEMA, T0, events, history_source, to_json
+from tests.training.conftest import T0, events, to_json
+from tests.training.stream.formats_world import training_doc, write_world
 
 PASSWORD_ENV = "PRIMUS_TEST_KAFKA_PASSWORD"
 HISTORY_ROWS, STREAM_ROWS = 2000, 1500
@@ -30,9 +29,6 @@ HISTORY_ROWS, STREAM_ROWS = 2000, 1500
 def _world(root: Path, broker: EmbeddedKafka, topic: str) -> Path:
     """One hour of history beside a topic on the secured listener; the data document's path."""
     assert broker.state is not None and broker.secured is not None
-    part = root / "store" / T0.strftime("%Y-%m-%d") / T0.strftime("%H")
-    part.mkdir(parents=True)
-    pq.write_table(events(0, HISTORY_ROWS, T0, seed=1), part / "part-0.parquet", row_group_size=1000)
     security = {
         "protocol": "SASL_SSL",
         "sasl_mechanism": broker.secured.mechanism,
@@ -40,49 +36,11 @@ def _world(root: Path, broker: EmbeddedKafka, topic: str) -> Path:
         "password_env": PASSWORD_ENV,
         "ssl_cafile": broker.state.ca_file,
     }
-    doc = {
-        "apiVersion": "primus.dev/v1alpha1",
-        "kind": "PrimusData",
-        "metadata": {"name": "secured"},
-        "spec": {
-            "window": {"start": T0.isoformat(), "end": (T0 + timedelta(hours=1)).isoformat()},
-            "planning": {"target_rows_per_task": 1000, "min_rows_per_task": 500},
-            "sources": [
-                history_source(root),
-                {
-                    "name": "events",
-                    "type": "kafka",
-                    "bootstrap_servers": broker.state.secured_bootstrap_servers,
-                    "topic": topic,
-                    "event_time_field": "ts",
-                    "start": {"policy": "earliest"},
-                    "group_id": f"{topic}-trainer",
-                    "security": security,
-                    "client_id": "primus-secured-test",
-                    "schema": SCHEMA,
-                },
-            ],
-            "mixture": [
-                {"source": "history", "weight": 0.6, "priority": 0},
-                {"source": "events", "weight": 0.4, "priority": 1},
-            ],
-        },
-    }
-    path = root / "data.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def _training(root: Path) -> Path:
-    doc = {
-        "apiVersion": "primus.dev/v1alpha1",
-        "kind": "PrimusTraining",
-        "metadata": {"name": "t"},
-        "spec": {"mode": "mixed", "batch_size": 256, "publish": {"every_s": 0}},
-    }
-    path = root / "training.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    bootstrap = broker.state.secured_bootstrap_servers
+    assert bootstrap is not None
+    return write_world(
+        root, bootstrap, topic, HISTORY_ROWS, security=security, client_id="primus-secured-test"
+    )
 
 
 def test_the_trainer_trains_from_the_secured_listener_without_leaking_the_password(
@@ -109,7 +67,7 @@ def test_the_trainer_trains_from_the_secured_listener_without_leaking_the_passwo
     got_events: list[tuple[str, str, dict[str, Any]]] = []
     result = Trainer(
         data,
-        load_training_spec(_training(tmp_path)),
+        load_training_spec(training_doc(tmp_path)),
         TrainOptions(workdir=tmp_path / "w", spec_path=data_path, on_event=lambda *e: got_events.append(e)),
     ).run()
     assert result["rows_trained"] == {"history": HISTORY_ROWS, "events": STREAM_ROWS}
@@ -143,7 +101,7 @@ def test_a_wrong_password_is_a_clear_error_naming_the_source_not_a_hang(
     with pytest.raises(KafkaAuthError) as raised:
         Trainer(
             load_data_spec(data_path),
-            load_training_spec(_training(tmp_path)),
+            load_training_spec(training_doc(tmp_path)),
             TrainOptions(workdir=tmp_path / "w", spec_path=data_path),
         ).run()
     elapsed = time.monotonic() - started

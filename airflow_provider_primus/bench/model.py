@@ -166,7 +166,7 @@ def _paired_speeds(
         for k in ("dlrm", "user", "dcn_v2")
     }
     measured = steps[WARMUP_STEPS + 1 :]
-    rows = sum(len(b) for parts in measured for _, b in parts)
+    rows = _rows_per_step(steps) * len(measured)
     try:
         for trainer in trainers.values():
             for parts in steps[:WARMUP_STEPS]:

@@ -19,7 +19,6 @@ import argparse
 import importlib
 import json
 import os
-import re
 import subprocess
 import sys
 import traceback
@@ -31,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from airflow_provider_primus.contracts.training import ENTRYPOINT_FORM
 from airflow_provider_primus.errors import TerminalError
 from airflow_provider_primus.training.protocol import (
     Features,
@@ -54,7 +54,6 @@ __all__ = [
 ENTRYPOINT_FIELD = "training.model.entrypoint"
 CHECK_ROWS = 4  # the synthetic batch: small, and not 1 (a [B] vs scalar mix-up must show)
 CHECK_TIMEOUT_S = 120.0  # importing torch and a user package on a busy machine
-_ENTRYPOINT = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 Factory = Callable[[FeatureSchema, dict[str, Any]], Any]
 
@@ -71,7 +70,7 @@ class EntrypointError(TerminalError):
 
 def parse_entrypoint(entrypoint: str) -> tuple[str, str]:
     """``package.module:factory`` as (module, attribute path)."""
-    if not _ENTRYPOINT.match(entrypoint):
+    if not ENTRYPOINT_FORM.match(entrypoint):  # the contract's own rule
         raise EntrypointError(f"expected 'package.module:factory', got {entrypoint!r}")
     module, _, attribute = entrypoint.partition(":")
     return module, attribute

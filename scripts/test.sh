@@ -52,4 +52,10 @@ else: ensure_project_images()'
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-.venv/bin/python -m pytest "$@"
+# Most tests wait on a server, a process or a deadline rather than a core (the suite runs about half
+# busy serially), so it is spread over one worker per core plus one, at most six: each worker starts
+# its own broker, control plane and metadata DB; the machine's one real node, the YARN mini cluster
+# and the schema registry each stay on one worker (tests/conftest.py). PRIMUS_TEST_WORKERS=0 runs it
+# in this process alone.
+workers="${PRIMUS_TEST_WORKERS:-$(( $(nproc) + 1 < 6 ? $(nproc) + 1 : 6 ))}"
+.venv/bin/python -m pytest -n "$workers" --dist loadgroup "$@"

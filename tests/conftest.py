@@ -234,6 +234,37 @@ def airflow_db() -> Path:
     return AIRFLOW_HOME
 
 
+# What one machine has only one of, or only room for one of, runs on one pytest-xdist worker
+# (scripts/test.sh runs ``--dist loadgroup``): the real node (a machine-wide lock; a second worker's
+# tests would skip), the YARN mini cluster and the schema registry (JVMs of gigabytes each, started
+# once by the worker that runs their tests). Every other session server is per worker.
+_EXCLUSIVE_FIXTURES = {"yarn_cluster": "yarn", "schema_registry": "registry"}
+
+
+def exclusive_group(item: pytest.Item) -> str | None:
+    """The xdist group a test must share with the others of its kind, or None."""
+    if item.get_closest_marker("realnode") is not None:
+        return "realnode"
+    fixtures = getattr(item, "fixturenames", ())
+    return next((group for name, group in _EXCLUSIVE_FIXTURES.items() if name in fixtures), None)
+
+
+_GROUP_ORDER = ("realnode", "yarn", "registry")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    groups: dict[str, str | None] = {}
+    for item in items:
+        group = groups[item.nodeid] = exclusive_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # The groups are the suite's longest runs on one worker each: handed out first, they overlap
+        # the rest instead of trailing it. (Every worker sorts alike, as xdist requires.)
+        rank = {group: i for i, group in enumerate(_GROUP_ORDER)}
+        items.sort(key=lambda item: rank.get(groups[item.nodeid] or "", len(rank)))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _broker_startup:
         terminalreporter.write_line(f"embedded Kafka broker startup: {_broker_startup[0]:.2f}s")

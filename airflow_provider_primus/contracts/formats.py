@@ -10,7 +10,7 @@ the document), and the same ``ssl_*`` file names as the source's ``security``.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -114,10 +114,15 @@ class AvroFormat(StrictModel):
 
 class ProtobufFormat(StrictModel):
     """``descriptor_file``: a compiled ``FileDescriptorSet`` (``protoc --include_imports
-    --descriptor_set_out=...``); ``message``: the fully qualified name of the message every value is."""
+    --descriptor_set_out=...``); ``message``: the fully qualified name of the message every value is.
+    ``wire_format``: ``plain`` (each value is the serialized message) or ``confluent`` (what a
+    Confluent ``KafkaProtobufSerializer`` writes: byte 0, a 4-byte schema id and the message's index
+    path before it). The descriptor set is the reader's schema either way, as a Confluent consumer's
+    generated class is: the id is not looked up, and a frame naming another message is refused."""
 
     descriptor_file: FilePath
     message: NonEmptyStr
+    wire_format: Literal["plain", "confluent"] = "plain"
 
     @field_validator("message")
     @classmethod

@@ -21,9 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
+from airflow_provider_primus.contracts.crd import CRD_NAME, PLURAL, crd
 from airflow_provider_primus.embedded.kube.local import LocalCluster
 from airflow_provider_primus.embedded.kube.project_image import DATA, TRAINER, ProjectImage
-from airflow_provider_primus.kubernetes.client import KubeApi, KubeError
+from airflow_provider_primus.kubernetes.client import KubeApi, KubeError, resource_path
+from airflow_provider_primus.kubernetes.conversion_manifests import NAME as WEBHOOK
+from airflow_provider_primus.kubernetes.install import apply, install_conversion_webhook, wait_established
 from tests.data.conftest import T0, files_source, hour_dir, spec_doc, write
 from tests.embedded.conftest import import_image
 from tests.embedded.test_real_node import await_value
@@ -174,3 +177,51 @@ def test_the_trainer_image_has_torch_and_trains_a_step(
     assert result["torch"].startswith("2.")
     assert result["cuda"] is False  # the CUDA build, on a node without a GPU
     assert result["after"] < result["before"]
+
+
+def test_the_conversion_webhook_runs_in_pods_and_the_crd_serves_both_versions(
+    project_images: dict[str, ProjectImage], real_cluster: LocalCluster, api: KubeApi, namespace: str
+) -> None:
+    """``primus k8s install --conversion-webhook`` as a cluster runs it: the webhook's Deployment
+    from the data image on the node, the CRD calling its Service with the CA of its Secret. A job
+    written at v1alpha1 is stored at v1beta1 and reads back at either version through the pods."""
+    import_image(real_cluster, project_images[DATA])
+    try:
+        conversion = install_conversion_webhook(api, namespace, project_images[DATA].name)
+        apply(api, crd(conversion))
+        wait_established(api, CRD_NAME, 60)
+        deployment = resource_path("apps/v1", "deployments", namespace, WEBHOOK)
+
+        def ready() -> int | None:
+            status = api.get(deployment).get("status", {})
+            count = status.get("readyReplicas")
+            return count if count and count == status.get("replicas") else None
+
+        await_value("the webhook's pods ready", ready, timeout_s=180)
+        spec = {"data": "/specs/data.yaml", "backend": {"type": "kubernetes"}}
+        job = {"apiVersion": "primus.dev/v1alpha1", "kind": "PrimusJob", "metadata": {"name": "old"}}
+        job["spec"] = spec
+
+        def created() -> bool | None:  # the Service's endpoints are published just after readiness
+            try:
+                api.create(resource_path("primus.dev/v1alpha1", PLURAL, namespace), job)
+                return True
+            except KubeError as exc:
+                if "conversion webhook" not in str(exc):
+                    raise
+                return None
+
+        await_value("a v1alpha1 job accepted through the webhook", created, timeout_s=60)
+        new = api.get(resource_path("primus.dev/v1beta1", PLURAL, namespace, "old"))
+        assert new["apiVersion"] == "primus.dev/v1beta1" and new["spec"] == spec
+        job = {**job, "apiVersion": "primus.dev/v1beta1", "metadata": {"name": "new"}}
+        api.create(resource_path("primus.dev/v1beta1", PLURAL, namespace), job)
+        listed = api.get(resource_path("primus.dev/v1alpha1", PLURAL, namespace))["items"]
+        assert {i["metadata"]["name"]: i["apiVersion"] for i in listed} == {
+            "old": "primus.dev/v1alpha1",
+            "new": "primus.dev/v1alpha1",
+        }
+        assert all(i["spec"] == spec for i in listed)
+    finally:
+        apply(api, crd())  # as the other modules on this node expect it: no webhook to call
+        wait_established(api, CRD_NAME, 60)

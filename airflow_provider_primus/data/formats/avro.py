@@ -20,11 +20,9 @@ from fastavro import schemaless_reader
 from airflow_provider_primus.contracts.formats import AvroFormat
 from airflow_provider_primus.data.formats.errors import FormatFileError, UndecodableValue
 from airflow_provider_primus.data.formats.registry import RegistryClient, UnknownSchemaId
+from airflow_provider_primus.data.formats.wire import HEADER, schema_id
 
 __all__ = ["AvroFileDecoder", "AvroRegistryDecoder", "load_avro_schema", "parse_avro_schema"]
-
-MAGIC = 0
-HEADER = 5
 
 
 def parse_avro_schema(text: str, field: str) -> Any:
@@ -103,25 +101,16 @@ class AvroRegistryDecoder:
         self._schemas: dict[int, Any] = {}
 
     def decode(self, value: bytes) -> dict[str, Any]:
-        if len(value) < HEADER:
-            raise UndecodableValue(
-                f"not in the Confluent wire format: {len(value)} byte(s), expected at least {HEADER} "
-                "(magic byte 0 and a 4-byte schema id)"
-            )
-        if value[0] != MAGIC:
-            raise UndecodableValue(
-                f"not in the Confluent wire format: magic byte is 0x{value[0]:02x}, expected 0x00"
-            )
-        schema_id = int.from_bytes(value[1:HEADER], "big")
-        schema = self._schemas.get(schema_id)
+        writer = schema_id(value)
+        schema = self._schemas.get(writer)
         if schema is None:
             try:
-                text = self.client.schema_text(schema_id)
+                text = self.client.schema_text(writer)
             except UnknownSchemaId as exc:
-                raise UndecodableValue(f"schema id {schema_id}: {exc}") from None
+                raise UndecodableValue(f"schema id {writer}: {exc}") from None
             try:
-                schema = parse_avro_schema(text, f"schema id {schema_id}")
+                schema = parse_avro_schema(text, f"schema id {writer}")
             except FormatFileError as exc:
                 raise UndecodableValue(str(exc)) from None
-            self._schemas[schema_id] = schema
-        return _read(schema, value, HEADER, f"schema id {schema_id}")
+            self._schemas[writer] = schema
+        return _read(schema, value, HEADER, f"schema id {writer}")

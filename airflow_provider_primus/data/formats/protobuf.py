@@ -19,8 +19,9 @@ from google.protobuf.message import DecodeError, Message
 
 from airflow_provider_primus.contracts.formats import ProtobufFormat
 from airflow_provider_primus.data.formats.errors import FormatFileError, UndecodableValue
+from airflow_provider_primus.data.formats.wire import message_indexes
 
-__all__ = ["ProtobufDecoder", "load_message_descriptor"]
+__all__ = ["ProtobufDecoder", "index_path", "load_message_descriptor"]
 
 
 def load_message_descriptor(settings: ProtobufFormat) -> Descriptor:
@@ -74,6 +75,8 @@ class ProtobufDecoder:
         self.descriptor = load_message_descriptor(settings)
         self._cls: type[Message] = message_factory.GetMessageClass(self.descriptor)
         self._what = self.descriptor.full_name
+        self._framed = settings.wire_format == "confluent"
+        self._path = index_path(self.descriptor)
         # (name, has presence, kind) per top-level field, looked at once, not per message.
         self._fields: list[tuple[str, bool, str]] = []
         for field in self.descriptor.fields:
@@ -88,6 +91,14 @@ class ProtobufDecoder:
             self._fields.append((field.name, bool(field.has_presence), kind))
 
     def decode(self, value: bytes) -> dict[str, Any]:
+        if self._framed:
+            path, start = message_indexes(value)
+            if path != self._path:
+                raise UndecodableValue(
+                    f"the Confluent frame names message index path {list(path)}, not {self._what}'s "
+                    f"{list(self._path)}"
+                )
+            value = value[start:]
         try:
             message = self._cls.FromString(value)
         except DecodeError as exc:
@@ -109,6 +120,26 @@ class ProtobufDecoder:
             else:
                 event[name] = [MessageToDict(v) if isinstance(v, Message) else v for v in item]
         return event
+
+
+def index_path(descriptor: Descriptor) -> tuple[int, ...]:
+    """Where a message sits in its file, as a Confluent frame names it: its index among the file's
+    top-level messages, then among each enclosing message's nested ones (declaration order, read
+    from the file's own descriptor proto)."""
+    names: list[str] = []
+    current: Descriptor | None = descriptor
+    while current is not None:
+        names.append(current.name)
+        current = current.containing_type
+    proto = descriptor_pb2.FileDescriptorProto()
+    descriptor.file.CopyToProto(proto)
+    path: list[int] = []
+    level = list(proto.message_type)
+    for name in reversed(names):
+        index = [m.name for m in level].index(name)
+        path.append(index)
+        level = list(level[index].nested_type)
+    return tuple(path)
 
 
 def _repeated(field: FieldDescriptor) -> bool:

@@ -90,7 +90,15 @@ class LocalCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / STATE_FILE).unlink(missing_ok=True)
         started = time.monotonic()
-        self.control_plane = KubeCluster(bins, self.workdir / "control-plane", users=self.users)
+        # No kube-proxy here, so nothing routes a Service's cluster IP from the host: the API server
+        # dials a webhook Service's endpoints (pod IPs on the node's bridge) itself, as it does its
+        # aggregated APIs. The conversion webhook runs in pods like that.
+        self.control_plane = KubeCluster(
+            bins,
+            self.workdir / "control-plane",
+            users=self.users,
+            extra_apiserver_args=["--enable-aggregator-routing=true"],
+        )
         try:
             cp = self.control_plane.start(timeout_s=timeout_s)
             self.node = RealNode(node_bins, cp, self.node_dir, self.node_config, self.cache_dir)

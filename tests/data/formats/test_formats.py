@@ -11,11 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf import descriptor_pb2
 
 from airflow_provider_primus.cli import validate
 from airflow_provider_primus.contracts import SpecError, load_data_spec
-from airflow_provider_primus.contracts.formats import SchemaRegistry
-from airflow_provider_primus.data.formats import FormatFileError, RegistryUnavailableError, format_issues
+from airflow_provider_primus.contracts.formats import ProtobufFormat, SchemaRegistry
+from airflow_provider_primus.data.formats import (
+    FormatFileError,
+    RegistryUnavailableError,
+    UndecodableValue,
+    format_issues,
+)
+from airflow_provider_primus.data.formats.protobuf import ProtobufDecoder, index_path
 from airflow_provider_primus.data.formats.registry import RegistryClient, UnknownSchemaId
 from airflow_provider_primus.embedded.registry import RegistryState
 from tests.training.conftest import kafka_source
@@ -54,6 +61,13 @@ BOOT = "127.0.0.1:9092"
         (
             {"value_format": "protobuf", "protobuf": {"descriptor_file": "d", "message": "acme..Click"}},
             "must be a fully qualified message name",
+        ),
+        (
+            {
+                "value_format": "protobuf",
+                "protobuf": {"descriptor_file": "d", "message": "a.B", "wire_format": "registry"},
+            },
+            "protobuf.wire_format",
         ),
         ({"value_format": "xml"}, "value_format"),
     ],
@@ -154,3 +168,31 @@ def test_registry_lookups_are_cached_per_id_and_failures_say_why(
     missing_ca = SchemaRegistry(url=schema_registry.url, ssl_cafile=str(tmp_path / "no-ca.pem"))
     with pytest.raises(FormatFileError, match=r"avro\.registry\.ssl_cafile: .* is not a readable file"):
         RegistryClient(missing_ca)
+
+
+def test_a_confluent_frame_names_a_nested_message_by_its_index_path(tmp_path: Path) -> None:
+    """``acme.events.Session.Click`` is at [1, 0] (second top-level message, its first nested one):
+    a frame naming that path decodes, the top-level ``Click``'s path [0] is refused by name."""
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="acme/nested.proto", package="acme.events", syntax="proto3"
+    )
+    proto.message_type.add(name="Click").field.add(
+        name="row_id", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64
+    )
+    session = proto.message_type.add(name="Session")
+    session.nested_type.add(name="Click").field.add(
+        name="item_id", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64
+    )
+    path = tmp_path / "nested.desc"
+    path.write_bytes(descriptor_pb2.FileDescriptorSet(file=[proto]).SerializeToString())
+    settings = ProtobufFormat(
+        descriptor_file=str(path), message="acme.events.Session.Click", wire_format="confluent"
+    )
+    decoder = ProtobufDecoder(settings)
+    assert index_path(decoder.descriptor) == (1, 0)
+    payload = b"\x08\x2a"  # field 1 = 42
+    assert decoder.decode(b"\x00\x00\x00\x00\x01" + b"\x04\x02\x00" + payload) == {"item_id": 42}
+    with pytest.raises(
+        UndecodableValue, match=r"names message index path \[0\], not acme.events.Session.Click's \[1, 0\]"
+    ):
+        decoder.decode(b"\x00\x00\x00\x00\x01\x00" + payload)

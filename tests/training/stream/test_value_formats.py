@@ -173,3 +173,29 @@ def test_a_registry_that_cannot_be_reached_stops_the_stream_and_dead_letters_not
         assert src.malformed_seen() == 0
     finally:
         src.close()
+
+
+def test_protobuf_in_the_confluent_wire_format_trains_and_dead_letters_bad_frames(
+    kafka_broker: Any, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """What a Confluent ``KafkaProtobufSerializer`` writes (byte 0, the schema id, the message's
+    index path, the message), read with the descriptor set as the reader's schema."""
+    topic, bootstrap = new_topic("protobuf-wire"), kafka_broker.bootstrap_servers
+    descriptors = descriptor_set(tmp_path / "events.desc")
+    cls = proto_class(descriptors)
+    # Serializers write the first message's path as one 0 byte, or in full as count 1, index 0.
+    good = [
+        wire(7, (b"\x00" if i % 2 else b"\x02\x00") + proto_bytes(cls, r))
+        for i, r in enumerate(rows(HISTORY_ROWS, STREAM_ROWS, seed=8))
+    ]
+    bad = [
+        (proto_bytes(cls, rows(90_000, 1, seed=9)[0]), "not in the Confluent wire format"),
+        (wire(7, b"\x02\x02" + proto_bytes(cls, rows(90_001, 1, seed=9)[0])), "message index path [1]"),
+        (wire(7, b"\x80"), "the message indexes are truncated"),
+    ]
+    produce(bootstrap, topic, good[:400] + [v for v, _ in bad] + good[400:])
+    protobuf = {"descriptor_file": str(descriptors), "message": MESSAGE, "wire_format": "confluent"}
+    data_path = write_world(
+        tmp_path, bootstrap, topic, HISTORY_ROWS, value_format="protobuf", protobuf=protobuf
+    )
+    _check(_train(tmp_path, data_path), bad, bootstrap, topic)

@@ -252,6 +252,7 @@ def exclusive_group(item: pytest.Item) -> str | None:
 _GROUP_ORDER = ("realnode", "yarn", "registry")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     groups: dict[str, str | None] = {}
     for item in items:

@@ -38,6 +38,7 @@ from airflow_provider_primus.data.event_time import iso, unit_hint
 from airflow_provider_primus.data.formats import UndecodableValue, value_decoder
 from airflow_provider_primus.data.tensors import TensorBatch, to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer, MissingLabelError, SchemaMismatchError
+from airflow_provider_primus.data.user_transforms import UserTransformError
 from airflow_provider_primus.training.stream.deadletters import DeadLetters
 from airflow_provider_primus.training.stream.event_policy import EventTimeScreen
 from airflow_provider_primus.training.stream.screen import EventRules
@@ -47,7 +48,9 @@ log = logging.getLogger(__name__)
 __all__ = ["StreamDecoder"]
 
 # What an event's values can raise on their way to tensors; anything else is a bug and propagates.
-_UNUSABLE = (SchemaMismatchError, pa.ArrowException, ValueError, TypeError, KeyError)
+# A python transform raising counts (a block it raises on is retried message by message, so only the
+# messages it raises on are dead-lettered); its output breaking the schema does not: that is the code.
+_UNUSABLE = (SchemaMismatchError, UserTransformError, pa.ArrowException, ValueError, TypeError, KeyError)
 
 
 class StreamDecoder:
@@ -145,7 +148,10 @@ class StreamDecoder:
         try:
             transformed = self._transform(pa.Table.from_pylist([event]))
         except _UNUSABLE as exc:
-            self._dead_letter(partition, record, f"values do not fit the schema: {exc}")
+            reason = (
+                str(exc) if isinstance(exc, UserTransformError) else f"values do not fit the schema: {exc}"
+            )
+            self._dead_letter(partition, record, reason)
             return 0
         return self._append(partition, transformed, np.asarray([record.offset], dtype=np.int64))
 

@@ -44,3 +44,12 @@ def refuses_negative_prices(batch: pa.RecordBatch) -> pa.RecordBatch:
         ids = batch.column("row_id").filter(negative).to_pylist() if "row_id" in batch.schema.names else []
         raise ValueError(f"negative price in row(s) {ids}")
     return batch.set_column(batch.schema.get_field_index("price"), "price", pc.multiply(price, 2.0))
+
+
+BATCH_SIZES: list[int] = []  # the rows of each call of ``counted``, for tests that count calls
+
+
+def counted(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch unchanged, its size recorded: how a test sees how often a function is called."""
+    BATCH_SIZES.append(batch.num_rows)
+    return batch

@@ -26,13 +26,16 @@ _UNITS = ("s", "ms", "us", "ns")
 
 
 def time_and_price(batch: pa.RecordBatch, *, timestamp: str = "ts", unit: str = "ms") -> pa.RecordBatch:
-    """``batch`` with ``hour_of_day`` (0..23, UTC, from ``timestamp``: epoch integers in ``unit`` or
-    timestamps) and ``log_price`` (``ln(1 + price)``; a negative price is an error, not a feature)."""
+    """``batch`` with ``hour_of_day`` (0..23, UTC, from ``timestamp``: epoch integers in ``unit``,
+    timestamps or ISO 8601 strings, as a JSON event carries them) and ``log_price``
+    (``ln(1 + price)``; a negative price is an error, not a feature)."""
     if unit not in _UNITS:
         raise ValueError(f"unit must be one of {', '.join(_UNITS)} (got {unit!r})")
     times = batch.column(timestamp)
     if pa.types.is_integer(times.type):
         times = pc.cast(pc.cast(times, pa.int64()), pa.timestamp(unit, tz="UTC"))
+    elif pa.types.is_string(times.type) or pa.types.is_large_string(times.type):
+        times = _parse_iso(times)
     hours = pc.cast(pc.hour(times), pa.int64())
     price = pc.cast(batch.column("price"), pa.float64())
     negative = pc.sum(pc.cast(pc.less(price, 0.0), pa.int64())).as_py() or 0
@@ -43,3 +46,11 @@ def time_and_price(batch: pa.RecordBatch, *, timestamp: str = "ts", unit: str = 
     return pa.RecordBatch.from_arrays(
         [*(batch.column(n) for n in names), hours, log_price], names=[*names, "hour_of_day", "log_price"]
     )
+
+
+def _parse_iso(values: pa.Array) -> pa.Array:
+    """ISO 8601 strings as UTC timestamps: with an offset as written, without one taken as UTC."""
+    try:
+        return pc.cast(values, pa.timestamp("us", tz="UTC"))
+    except pa.ArrowInvalid:
+        return pc.cast(pc.cast(values, pa.timestamp("us")), pa.timestamp("us", tz="UTC"))

@@ -17,12 +17,14 @@ import pytest
 import yaml
 
 from airflow_provider_primus.cli.main import main
-from airflow_provider_primus.contracts import SpecError
+from airflow_provider_primus.contracts import SpecError, load_data_spec
 from airflow_provider_primus.contracts.schema import SourceSchema
 from airflow_provider_primus.data.sources.kafka import produce
 from airflow_provider_primus.data.tensors import to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer
 from airflow_provider_primus.master.jobs import submit
+from airflow_provider_primus.master.user_code import ExecutorPython, user_transform_issues
+from tests.example_package import build_wheel, example_project
 from tests.master.conftest import JobWorld
 from tests.master.test_master import ended, running, until
 from tests.training.conftest import SCHEMA, T0, events, to_json
@@ -138,3 +140,25 @@ def test_files_and_stream_bring_the_functions_features_to_the_trainer_alike(
     recorded = _recorded(record)
     assert recorded == from_files + from_stream
     assert all(recorded[row] >= 2 for row in from_stream)  # the stream's rows, twice
+
+
+def test_the_function_is_imported_from_the_examples_wheel_on_the_import_path(
+    job_world: JobWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As a YARN job ships it (backend.yarn.wheels) or a local one names it: the built wheel, zipped,
+    on the executors' import path."""
+    wheel = build_wheel(example_project(job_world.root / "build"))
+    _schema(job_world, FEATURES)
+    job = job_world.job(backend={"local": {"paths": [str(wheel)]}})
+    assert main(["validate", str(job)]) == 0, capsys.readouterr().err
+
+
+def test_in_an_image_a_function_this_machine_cannot_import_is_left_to_the_executors(
+    job_world: JobWorld,
+) -> None:
+    step = {"type": "python", "function": "acme.features:derive"}
+    _schema(job_world, {**SCHEMA, "transforms": [*SCHEMA["transforms"], step]})
+    data = load_data_spec(job_world.data_path)
+    assert user_transform_issues(data, ExecutorPython(), in_image=True) == []
+    [issue] = user_transform_issues(data, ExecutorPython(), in_image=False)
+    assert issue.path == "spec.data" and "No module named 'acme'" in issue.message

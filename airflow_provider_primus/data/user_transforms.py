@@ -18,8 +18,8 @@ Two errors, because they mean different things. :class:`UserTransformError`: the
 this data; the task is quarantined (files) or the messages it raises on are dead-lettered (stream),
 as malformed input is, and the job goes on. :class:`TransformOutputError`: its output breaks the
 contract above (a declared column missing or of an unusable type, rows added or lost); that is the
-code, not the data, so no input escapes it and the stream stops with it (files: every task fails the
-same way and the job fails once too many tasks are quarantined).
+code, not the data, so no input escapes it and the stream stops with it (files: each task is
+quarantined with it, every task fails the same way, and the job fails once too many are).
 """
 
 from __future__ import annotations

@@ -53,3 +53,8 @@ def counted(batch: pa.RecordBatch) -> pa.RecordBatch:
     """The batch unchanged, its size recorded: how a test sees how often a function is called."""
     BATCH_SIZES.append(batch.num_rows)
     return batch
+
+
+def drops(batch: pa.RecordBatch, *, column: str) -> pa.RecordBatch:
+    """The batch without ``column``: an output that breaks a schema declaring it."""
+    return batch.drop_columns([column])

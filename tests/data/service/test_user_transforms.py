@@ -60,3 +60,28 @@ def test_a_task_the_function_raises_on_is_quarantined_with_its_error_and_the_res
         f"[1000700] (at data/transform_functions.py:"
     ), info["error"]
     assert info["error"].endswith(" in refuses_negative_prices)")
+
+
+def test_an_output_that_breaks_the_schema_quarantines_the_task_naming_function_and_column(
+    store: Store, token: str, executors
+) -> None:
+    function = "tests.data.transform_functions:drops"
+    doc = yaml.safe_load(store.spec_path.read_text())
+    step = {"type": "python", "function": function, "options": {"column": "price"}}
+    doc["spec"]["sources"][0]["schema"]["transforms"].append(step)
+    store.spec_path.write_text(yaml.safe_dump(doc))
+    graph = store.graph()
+    server = start_dispatcher(graph, token, max_attempts=1, max_failed_share=1.0)
+    try:
+        executors.append(ExecutorProcess("e", server.location, store.spec_path, token))
+        assert row_ids(loader_for(server.location, token)) == []
+        status = DispatcherClient(server.location, token).status()
+    finally:
+        server.stop()
+    assert len(status["quarantine"]) == len(graph.tasks)
+    for info in status["quarantine"].values():
+        assert info["error"].startswith(f"TransformOutputError: {info['file']}: transform {function}: "), info
+        assert info["error"].endswith(
+            "column 'price': declared column is not in the function's output (found: user_id, item_id, "
+            "rating, row_id)"
+        ), info

@@ -12,6 +12,10 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
 
+# A user's callable, ``package.module:attribute``: a python model's factory (training/entrypoint.py
+# checks it can be built) and a python transform's function (data/user_transforms.py). One rule, here,
+# because the schema and the training contract both use it and neither may import the other.
+ENTRYPOINT_FORM = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9_]*[a-z0-9])?")
 

@@ -281,11 +281,15 @@ def _aliases(model: type[BaseModel]) -> list[str]:
 
 
 def _tags(model: Any) -> list[str]:
-    """The discriminator values of a union member: the ``Literal`` values of its ``type`` field."""
+    """The discriminator values of a union member: the ``Literal`` values of its ``type`` field, else
+    its ``union_tag``."""
     if not _is_model(model):
         return []
     info = model.model_fields.get("type")
-    return _literals(info.annotation) if info is not None else []
+    if info is not None:
+        return _literals(info.annotation)
+    tag = getattr(model, "union_tag", None)  # a member a callable discriminator tags by name
+    return [tag] if isinstance(tag, str) else []
 
 
 def _literals(annotation: Any) -> list[str]:

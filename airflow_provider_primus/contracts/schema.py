@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, Strict, field_validator, model_serializer, model_validator
+from pydantic import (
+    ConfigDict,
+    Discriminator,
+    Field,
+    Strict,
+    Tag,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from airflow_provider_primus.contracts.base import ColumnName, StrictModel
 from airflow_provider_primus.contracts.errors import Loc, raise_issues, suggest
+from airflow_provider_primus.contracts.user_transform import PYTHON_STEP, PythonTransform, python_step_issues
 
 _RULE = re.compile(
     r"\s*(?P<column>[^\s<>=!]+)\s*(?P<op>>=|<=|==|!=|>|<)\s*"
@@ -172,6 +182,8 @@ _TRANSFORM_KINDS = ("hash_bucket", "fill", "cast")
 class Transform(StrictModel):
     """One step applied, in list order, by both the batch and the stream reader of a source."""
 
+    union_tag: ClassVar[str] = "column_step"  # how contract errors tell it from a python step
+
     column: ColumnName
     hash_bucket: Annotated[int, Strict(), Field(ge=2)] | None = None
     fill: int | float | str | None = None
@@ -201,6 +213,19 @@ class Transform(StrictModel):
         return self
 
 
+def _step_kind(value: Any) -> str:
+    """A python step says ``type: python`` (or names a ``function``); every other step is a column's."""
+    if isinstance(value, Mapping):
+        return PYTHON_STEP if "type" in value or "function" in value else Transform.union_tag
+    return PYTHON_STEP if isinstance(value, PythonTransform) else Transform.union_tag
+
+
+Step = Annotated[
+    Annotated[Transform, Tag(Transform.union_tag)] | Annotated[PythonTransform, Tag(PYTHON_STEP)],
+    Discriminator(_step_kind),
+]
+
+
 class SourceSchema(StrictModel):
     """Declared once per source so batch and stream read and transform the same features."""
 
@@ -208,7 +233,9 @@ class SourceSchema(StrictModel):
     dense: list[ColumnName] = Field(default_factory=list)
     label: Label
     event_time: EventTime | None = None
-    transforms: list[Transform] = Field(default_factory=list)
+    # Python steps (``type: python``) run first, in list order, on the batch as read; the per-column
+    # steps then run on their output (data/user_transforms.py).
+    transforms: list[Step] = Field(default_factory=list)
     # A row whose label is null (or NaN, or null input to a rule) has no target: training it as 0
     # would invent a negative. ``drop`` leaves it out and counts it per task; ``fail`` fails the
     # task like a read error. A ``fill`` on the label column declares a value and takes precedence.
@@ -219,11 +246,32 @@ class SourceSchema(StrictModel):
         return self.event_time.column if self.event_time is not None else None
 
     def columns(self) -> list[str]:
-        """The columns a reader must fetch: features, then label, then event time, each once."""
+        """The declared columns: features, then label, then event time, each once."""
         wanted = [*self.sparse, *self.dense, self.label.column]
         if self.event_time is not None:
             wanted.append(self.event_time.column)
         return list(dict.fromkeys(wanted))
+
+    @property
+    def column_steps(self) -> list[Transform]:
+        """The per-column steps (``hash_bucket``, ``fill``, ``cast``), in list order."""
+        return [t for t in self.transforms if isinstance(t, Transform)]
+
+    @property
+    def python_steps(self) -> list[PythonTransform]:
+        """The user's functions (``type: python``), in list order."""
+        return [t for t in self.transforms if isinstance(t, PythonTransform)]
+
+    def produced(self) -> set[str]:
+        """Declared columns a python step creates (its ``outputs``): not read from the data."""
+        return {c for step in self.python_steps for c in step.outputs}
+
+    def raw_columns(self) -> list[str]:
+        """The columns a reader must fetch: the declared ones no python step creates, then the
+        python steps' extra ``inputs``, each once. Without python steps, ``columns()``."""
+        produced = self.produced()
+        extra = [c for step in self.python_steps for c in step.inputs]
+        return list(dict.fromkeys([*(c for c in self.columns() if c not in produced), *extra]))
 
     @model_validator(mode="after")
     def _columns_consistent(self) -> SourceSchema:
@@ -239,7 +287,9 @@ class SourceSchema(StrictModel):
                     seen[name] = f"{group}[{i}]"
         known = self.columns()
         for i, transform in enumerate(self.transforms):
-            if transform.column not in known:
+            if isinstance(transform, PythonTransform):
+                issues.extend(python_step_issues(transform, i, known))
+            elif transform.column not in known:
                 message = (
                     f"unknown column {transform.column!r}; a transform must name a column declared in "
                     f"sparse, dense, label or event_time"

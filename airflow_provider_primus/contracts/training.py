@@ -10,13 +10,13 @@ with (``check_against``) so a source named here that the data does not define is
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, Strict, ValidationError, model_validator
 
 from airflow_provider_primus.contracts.base import (
+    ENTRYPOINT_FORM,
     BatchRows,
     BucketCount,
     ColumnName,
@@ -55,8 +55,6 @@ NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 TableSharding = Literal["replicated", "row_wise"]
 DenseTransform = Literal["log1p", "none"]
 ModelType = Literal["dlrm", "dcn_v2", "python"]
-# A user model's factory, ``package.module:factory`` (training/entrypoint.py checks it can be built).
-ENTRYPOINT_FORM = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 def _entrypoint(value: str) -> str:
@@ -390,7 +388,7 @@ def stream_source(training: PrimusTraining, data: PrimusData) -> KafkaSource | N
 def _hash_buckets(data: PrimusData) -> dict[str, int]:
     out: dict[str, int] = {}
     for source in data.spec.sources:
-        for t in source.schema_.transforms:
+        for t in source.schema_.column_steps:
             if t.hash_bucket is not None:
                 out[t.column] = max(out.get(t.column, 0), t.hash_bucket)
     return out

@@ -91,7 +91,7 @@ def _statistics_column(source: Any) -> str | None:
     event_time = source.schema_.event_time
     if source.type != "files" or source.format != "parquet" or event_time is None:
         return None
-    if any(t.column == event_time.column for t in source.schema_.transforms):
+    if source.schema_.python_steps or any(t.column == event_time.column for t in source.schema_.column_steps):
         return None
     return str(event_time.column)
 

@@ -90,8 +90,8 @@ def _spread(tasks: list[Task], count: int) -> list[Task]:
 
 def _check_tasks(source: FileSource, tasks: list[Task], rows: int) -> EventTimeFinding | None:
     event_time = source.schema_.event_time
-    if event_time is None or not tasks or rows <= 0:
-        return None
+    if event_time is None or not tasks or rows <= 0 or source.schema_.python_steps:
+        return None  # a python step may compute the event time: only its whole batches tell
     chosen = _spread(tasks, SAMPLE_TASKS)
     per_task = max(1, math.ceil(rows / len(chosen)))
     fs, _ = open_source_filesystem(source)

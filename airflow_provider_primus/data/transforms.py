@@ -10,6 +10,9 @@ Conventions, fixed here so batch and stream agree:
 - Output columns, in order: each sparse column (int64), each dense column (float32), ``label``
   (float32), ``event_time`` (timestamp[us, UTC], only when the schema declares one), then the
   ``passthrough`` columns unchanged.
+- Python steps (``type: python``, ``user_transforms.py``) run first, in list order, on the batch as
+  read; their output must hold every declared column (checked on the first batch and whenever its
+  schema changes) and the input's rows. Passthrough columns are taken from the batch as read.
 - Transforms run per column in the order they are listed; every use of a column (feature, label rule,
   event time) sees the transformed values.
 - ``fill`` replaces nulls, and NaN too for floating columns; its value must fit the column's type
@@ -46,6 +49,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_primus.contracts.schema import SourceSchema, Transform
 from airflow_provider_primus.data.event_time import UNIT_NAMES, fitting_units
+from airflow_provider_primus.data.user_transforms import TransformOutputError, steps_for
 from airflow_provider_primus.errors import TerminalError
 
 __all__ = [
@@ -230,7 +234,8 @@ class BatchTransformer:
         self.schema = schema
         self.passthrough = tuple(dict.fromkeys(passthrough))
         self._steps: dict[str, list[Transform]] = {}
-        for transform in schema.transforms:
+        self._user = steps_for(schema.python_steps)
+        for transform in schema.column_steps:
             self._steps.setdefault(transform.column, []).append(transform)
         names = [*schema.sparse, *schema.dense, LABEL]
         if schema.event_time is not None:
@@ -245,10 +250,12 @@ class BatchTransformer:
             )
         self.output_names: tuple[str, ...] = (*names, *self.passthrough)
         self._checked: pa.Schema | None = None
+        self._checked_output: pa.Schema | None = None
 
     def input_columns(self) -> list[str]:
-        """Columns a reader must fetch: features, label, event time, then passthrough, each once."""
-        return list(dict.fromkeys([*self.schema.columns(), *self.passthrough]))
+        """Columns a reader must fetch: features, label, event time (those no python step creates),
+        python steps' inputs, then passthrough, each once."""
+        return list(dict.fromkeys([*self.schema.raw_columns(), *self.passthrough]))
 
     # -- schema check -------------------------------------------------------------------------------
 
@@ -256,12 +263,37 @@ class BatchTransformer:
         """Fail before any row is read when a column is absent or its type can never be used.
 
         Value-level problems (a string column holding ``"abc"`` where a number is needed) can only be
-        found per batch and raise the same error from ``__call__``.
+        found per batch and raise the same error from ``__call__``. With python steps only the columns
+        are checked here: the types that matter are those of the functions' output.
         """
         for column in self.input_columns():
             if schema.get_field_index(column) < 0:
                 found = ", ".join(schema.names) or "no columns"
                 raise SchemaMismatchError(path, column, f"is not in the data (found: {found})")
+        if not self._user:
+            self._check_types(schema, path)
+
+    def _check_output(self, schema: pa.Schema, path: str) -> None:
+        """The python steps' output holds every declared column, of a type the per-column steps and
+        the features can use; if not, that is the function's doing and the error names it."""
+        function = " then ".join(step.name for step in self._user)
+        for column in self.schema.columns():
+            if schema.get_field_index(column) < 0:
+                found = ", ".join(schema.names) or "no columns"
+                raise TransformOutputError(
+                    function,
+                    path,
+                    f"declared column is not in the function's output (found: {found})",
+                    column,
+                )
+        try:
+            self._check_types(schema, path)
+        except SchemaMismatchError as exc:
+            raise TransformOutputError(
+                function, path, f"in the function's output: {exc.detail}", exc.column
+            ) from None
+
+    def _check_types(self, schema: pa.Schema, path: str) -> None:
         final = {c: self._final_type(c, schema.field(c).type, path) for c in self.schema.columns()}
         for column in self.schema.sparse:
             if not _castable(final[column], pa.int64()):
@@ -355,6 +387,13 @@ class BatchTransformer:
         if self._checked is None or not batch.schema.equals(self._checked):
             self.check_schema(batch.schema, path)
             self._checked = batch.schema
+        raw = batch
+        if self._user:
+            for step in self._user:
+                batch = step(batch, path)
+            if self._checked_output is None or not batch.schema.equals(self._checked_output):
+                self._check_output(batch.schema, path)
+                self._checked_output = batch.schema
         cache: dict[str, pa.Array] = {}
 
         def column(name: str) -> pa.Array:
@@ -373,7 +412,7 @@ class BatchTransformer:
             arrays.append(
                 _event_time(column(event_time.column), event_time.column, event_time.integer_unit, path)
             )
-        arrays.extend(batch.column(name) for name in self.passthrough)
+        arrays.extend(raw.column(name) for name in self.passthrough)
         return pa.RecordBatch.from_arrays(arrays, names=list(self.output_names))
 
     def apply_transforms(self, name: str, values: pa.Array, path: str = "<sample>") -> pa.Array:

@@ -24,7 +24,7 @@ from airflow_provider_primus.contracts.loader import load_data_spec, load_traini
 from airflow_provider_primus.contracts.training import check_against, default_training
 from airflow_provider_primus.credentials import new_token, read_token_file, write_token_file
 from airflow_provider_primus.master.store import JobRecord, JobStore, SqliteJobStore
-from airflow_provider_primus.master.user_code import executor_python, user_model_issues
+from airflow_provider_primus.master.user_code import executor_python, user_model_issues, user_transform_issues
 from airflow_provider_primus.paths import primus_home
 from airflow_provider_primus.process import primus_command
 from airflow_provider_primus.tls import CA_FILE, JobCa
@@ -102,6 +102,7 @@ def load_job(
     if not unusable:
         in_image = spec.backend.type == "kubernetes"
         issues.extend(user_model_issues(training, data, executors, in_image=in_image))
+        issues.extend(user_transform_issues(data, executors, in_image=in_image))
     files = [s for s in data.spec.sources if s.type == "files"]
     if spec.roles.evaluator is not None:
         issues.append(

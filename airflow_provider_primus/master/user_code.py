@@ -21,8 +21,9 @@ from airflow_provider_primus.contracts.data import PrimusData
 from airflow_provider_primus.contracts.errors import SpecIssue
 from airflow_provider_primus.contracts.job import PrimusJob
 from airflow_provider_primus.contracts.training import PrimusTraining
+from airflow_provider_primus.data.user_transform_check import check_in_child, python_functions
 
-__all__ = ["ExecutorPython", "executor_python", "user_model_issues", "wheel_issue"]
+__all__ = ["ExecutorPython", "executor_python", "user_model_issues", "user_transform_issues", "wheel_issue"]
 
 PROBE_TIMEOUT_S = 60.0
 PROVIDER = "airflow_provider_primus"
@@ -148,3 +149,19 @@ def user_model_issues(
     except EntrypointError as exc:
         return [SpecIssue("spec.training", str(exc))]
     return []
+
+
+def user_transform_issues(
+    data: PrimusData, where: ExecutorPython, *, in_image: bool = False
+) -> list[SpecIssue]:
+    """The data document's python transform functions imported in a child process of the executors'
+    interpreter with their import paths (data executors and trainers both run them): one that does
+    not import, or is not callable, is refused by its field. ``in_image``: as for python models, a
+    function whose package is not importable here is left to the executors (the image's)."""
+    functions = python_functions(data)
+    if in_image:
+        functions = [
+            (f, fn) for f, fn in functions if importlib.util.find_spec(fn.split(".")[0].split(":")[0])
+        ]
+    found = check_in_child(functions, python=where.python, paths=where.paths)
+    return [SpecIssue("spec.data", f"{field}: {reason}") for field, reason in found]

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from airflow_provider_primus.contracts.training import ENTRYPOINT_FORM
+from airflow_provider_primus.contracts.base import ENTRYPOINT_FORM
 from airflow_provider_primus.errors import TerminalError
 from airflow_provider_primus.training.protocol import (
     Features,

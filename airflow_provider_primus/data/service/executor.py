@@ -39,6 +39,7 @@ from airflow_provider_primus.data.service.options import DataExecutorOptions
 from airflow_provider_primus.data.service.wire import dumps, loads
 from airflow_provider_primus.data.sources.files import open_source_filesystem
 from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMismatchError, Transformed
+from airflow_provider_primus.data.user_transforms import TransformOutputError, UserTransformError
 from airflow_provider_primus.process import StopRequested
 from airflow_provider_primus.resources.allotment import AllotmentWatcher
 from airflow_provider_primus.resources.own_usage import own_usage
@@ -306,7 +307,14 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
             return done
         try:
             out: Transformed = done.result()
-        except (SchemaMismatchError, pa.ArrowException, ValueError) as exc:
+        except (
+            SchemaMismatchError,
+            UserTransformError,
+            TransformOutputError,
+            pa.ArrowException,
+            ValueError,
+        ) as exc:
+            # The user's function raising on these rows is this task's problem, like a malformed file.
             self._fail(item_id, exc)
             return None
         if not len(out.unlabelled):

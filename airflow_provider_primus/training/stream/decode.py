@@ -38,8 +38,10 @@ from airflow_provider_primus.data.event_time import iso, unit_hint
 from airflow_provider_primus.data.formats import UndecodableValue, value_decoder
 from airflow_provider_primus.data.tensors import TensorBatch, to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer, MissingLabelError, SchemaMismatchError
+from airflow_provider_primus.data.user_transforms import UserTransformError
 from airflow_provider_primus.training.stream.deadletters import DeadLetters
 from airflow_provider_primus.training.stream.event_policy import EventTimeScreen
+from airflow_provider_primus.training.stream.isolate import bisect_block
 from airflow_provider_primus.training.stream.screen import EventRules
 
 log = logging.getLogger(__name__)
@@ -47,7 +49,9 @@ log = logging.getLogger(__name__)
 __all__ = ["StreamDecoder"]
 
 # What an event's values can raise on their way to tensors; anything else is a bug and propagates.
-_UNUSABLE = (SchemaMismatchError, pa.ArrowException, ValueError, TypeError, KeyError)
+# A python transform raising counts (a block it raises on is split until the messages it raises on
+# are found and dead-lettered, isolate.py); its output breaking the schema does not: that is the code.
+_UNUSABLE = (SchemaMismatchError, UserTransformError, pa.ArrowException, ValueError, TypeError, KeyError)
 
 
 class StreamDecoder:
@@ -134,18 +138,27 @@ class StreamDecoder:
         survivors = [(r, e) for r, e in parsed if self._screen(partition, r, e)]
         if not survivors:
             return 0
-        try:
-            table = self._table([e for _, e in survivors])
-            offsets = np.asarray([r.offset for r, _ in survivors], dtype=np.int64)
-            return self._append(partition, self._transform(table), offsets)
-        except _UNUSABLE:
-            return sum(self._decode_one(partition, r, e) for r, e in survivors)
+        return bisect_block(
+            survivors,
+            lambda part: self._decode_many(partition, part),
+            lambda item: self._decode_one(partition, *item),
+            _UNUSABLE,
+        )
+
+    def _decode_many(self, partition: int, parsed: Sequence[tuple[Any, dict[str, Any]]]) -> int:
+        """Screened events transformed together; raises when any of them cannot be (isolate.py)."""
+        table = self._table([e for _, e in parsed])
+        offsets = np.asarray([r.offset for r, _ in parsed], dtype=np.int64)
+        return self._append(partition, self._transform(table), offsets)
 
     def _decode_one(self, partition: int, record: Any, event: dict[str, Any]) -> int:
         try:
             transformed = self._transform(pa.Table.from_pylist([event]))
         except _UNUSABLE as exc:
-            self._dead_letter(partition, record, f"values do not fit the schema: {exc}")
+            reason = (
+                str(exc) if isinstance(exc, UserTransformError) else f"values do not fit the schema: {exc}"
+            )
+            self._dead_letter(partition, record, reason)
             return 0
         return self._append(partition, transformed, np.asarray([record.offset], dtype=np.int64))
 

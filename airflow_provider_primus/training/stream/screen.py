@@ -105,12 +105,15 @@ class EventRules:
         self.label = schema.label.column
         event_time = [schema.event_time_column] if schema.event_time_column else []
         # Present and not null in every event (the label gets its own reason).
-        self.required: list[str] = list(dict.fromkeys([*schema.sparse, *event_time, self.label]))
+        # A column a python step creates (its ``outputs``) is not in the event: its function answers for it.
+        produced = schema.produced()
+        wanted = [c for c in [*schema.sparse, *event_time, self.label] if c not in produced]
+        self.required: list[str] = list(dict.fromkeys(wanted))
         self.allowed: dict[str, frozenset[str]] = {}
         self.learned: set[str] = set()  # hash-bucketed IDs whose kind the stream itself decides
         self.pinned: dict[str, str] = {}
-        for column in schema.columns():
-            steps = [t for t in schema.transforms if t.column == column and t.fill is None]
+        for column in (c for c in schema.columns() if c not in produced):
+            steps = [t for t in schema.column_steps if t.column == column and t.fill is None]
             first = steps[0] if steps else None
             if first is not None and first.cast is not None:
                 self.allowed[column] = SCALARS  # declared conversion: the cast judges each value
@@ -135,7 +138,9 @@ class EventRules:
         """Why the event cannot be trained, one reason per problem; empty when it can."""
         out: list[str] = []
         label = event.get(self.label)
-        if self.label not in event:
+        if self.label not in self.required:
+            pass  # a python step creates the label: a row its output leaves without one is dropped later
+        elif self.label not in event:
             out.append(f"missing label: field {self.label!r} is absent")
         elif label is None:
             out.append(f"missing label: field {self.label!r} is null")

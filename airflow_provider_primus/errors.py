@@ -11,7 +11,14 @@ Standard library only: every layer may import it.
 
 from __future__ import annotations
 
-__all__ = ["PrimusError", "TerminalError", "is_terminal", "one_line"]
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["PrimusError", "TerminalError", "is_terminal", "one_line", "user_frames"]
+
+_PACKAGE = Path(__file__).resolve().parent
+_USER_FRAMES = 3  # the user's innermost frames an error carries (a status line holds ~500 characters)
 
 
 class PrimusError(RuntimeError):
@@ -42,3 +49,20 @@ def one_line(exc: BaseException, limit: int = 500) -> str:
     text = " ".join(str(exc).split()) or "(no message)"
     line = f"{type(exc).__name__}: {text}"
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def user_frames(exc: BaseException, libraries: Sequence[Path] = ()) -> str:
+    """``Type: message (at module/file.py:42 in fn; …)``: the innermost frames of ``exc`` that are
+    neither this product's nor in ``libraries`` (torch, pyarrow: what the user's code called into),
+    so an error from a user's model or transform says where in their code it went wrong, on one line."""
+    ours = (_PACKAGE, *libraries)
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not any(Path(f.filename).resolve().is_relative_to(root) for root in ours)
+    ][-_USER_FRAMES:]
+    text = " ".join(str(exc).split()) or "(no message)"
+    where = "; ".join(
+        f"{Path(f.filename).parent.name}/{Path(f.filename).name}:{f.lineno} in {f.name}" for f in frames
+    )
+    return f"{type(exc).__name__}: {text}" + (f" (at {where})" if where else "")

@@ -25,7 +25,6 @@ quarantined with it, every task fails the same way, and the job fails once too m
 from __future__ import annotations
 
 import importlib
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_primus.contracts.user_transform import PythonTransform
-from airflow_provider_primus.errors import TerminalError
+from airflow_provider_primus.errors import TerminalError, user_frames
 
 __all__ = [
     "TransformFunctionError",
@@ -42,12 +41,10 @@ __all__ = [
     "UserTransformError",
     "load_function",
     "steps_for",
-    "user_frames",
 ]
 
 UserFunction = Callable[..., Any]
-_FRAMES = 3  # the user's innermost frames an error carries (a status line holds ~500 characters)
-_OURS = (Path(pa.__file__).resolve().parent, Path(__file__).resolve().parents[1])
+_LIBRARY = (Path(pa.__file__).resolve().parent,)  # frames in it are not the user's
 
 
 class TransformFunctionError(TerminalError):
@@ -94,21 +91,6 @@ def load_function(name: str) -> UserFunction:
     return function
 
 
-def user_frames(exc: BaseException) -> str:
-    """``Type: message (at module/file.py:42 in fn)``: the innermost frames that are neither pyarrow's
-    nor this product's, so the error says where in the user's code it went wrong, on one line."""
-    frames = [
-        f
-        for f in traceback.extract_tb(exc.__traceback__)
-        if not any(Path(f.filename).resolve().is_relative_to(root) for root in _OURS)
-    ][-_FRAMES:]
-    text = " ".join(str(exc).split()) or "(no message)"
-    where = "; ".join(
-        f"{Path(f.filename).parent.name}/{Path(f.filename).name}:{f.lineno} in {f.name}" for f in frames
-    )
-    return f"{type(exc).__name__}: {text}" + (f" (at {where})" if where else "")
-
-
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
@@ -132,7 +114,7 @@ class UserStep:
         try:
             out = self._function(batch, **self.options)
         except Exception as exc:
-            raise UserTransformError(self.name, path, user_frames(exc)) from exc
+            raise UserTransformError(self.name, path, user_frames(exc, _LIBRARY)) from exc
         if isinstance(out, pa.Table):  # the same rows, in one batch
             out = _one_batch(out)
         if not isinstance(out, pa.RecordBatch):

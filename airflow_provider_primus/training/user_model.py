@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from torch import nn
 
 from airflow_provider_primus.contracts.data import PrimusData
 from airflow_provider_primus.contracts.training import PrimusTraining, feature_columns, table_sizes
-from airflow_provider_primus.errors import TerminalError
+from airflow_provider_primus.errors import TerminalError, user_frames
 from airflow_provider_primus.training.entrypoint import build_model
 from airflow_provider_primus.training.protocol import (
     PROTOCOL_VERSION,
@@ -50,8 +49,7 @@ __all__ = [
 ]
 
 PYTHON_KIND = "python"
-_FRAMES = 3  # the user's innermost frames an error carries (a status line holds ~500 characters)
-_OURS = (Path(torch.__file__).resolve().parent, Path(__file__).resolve().parents[1])
+_LIBRARY = (Path(torch.__file__).resolve().parent,)  # frames in it are not the user's
 
 
 class UserModelError(TerminalError):
@@ -70,21 +68,6 @@ def feature_schema(training: PrimusTraining, data: PrimusData) -> FeatureSchema:
         dense=tuple(dense),
         embedding_dim=training.spec.model.embedding_dim,
     )
-
-
-def user_frames(exc: BaseException) -> str:
-    """``Type: message (at file.py:42 in forward; …)`` with the innermost frames that are neither
-    torch's nor this product's: where in the user's code it went wrong, on one line."""
-    frames = [
-        f
-        for f in traceback.extract_tb(exc.__traceback__)
-        if not any(Path(f.filename).resolve().is_relative_to(root) for root in _OURS)
-    ][-_FRAMES:]
-    text = " ".join(str(exc).split()) or "(no message)"
-    where = "; ".join(
-        f"{Path(f.filename).parent.name}/{Path(f.filename).name}:{f.lineno} in {f.name}" for f in frames
-    )
-    return f"{type(exc).__name__}: {text}" + (f" (at {where})" if where else "")
 
 
 class UserModel(Trainable):
@@ -108,7 +91,7 @@ class UserModel(Trainable):
         try:
             logits = self.user(Features(sparse=sparse, dense=dense))
         except Exception as exc:
-            raise UserModelError(f"{self.entrypoint}'s forward raised {user_frames(exc)}") from exc
+            raise UserModelError(f"{self.entrypoint}'s forward raised {user_frames(exc, _LIBRARY)}") from exc
         rows = sparse.shape[0]
         if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (rows,):
             got = f"shape {list(logits.shape)}" if isinstance(logits, torch.Tensor) else type(logits).__name__

@@ -99,3 +99,59 @@ def test_hash_bucket_on_a_dense_column_names_both_groups(doc: Doc) -> None:
     path, message = only_issue(doc)
     assert path == "spec.sources[0].schema.transforms[5].hash_bucket"
     assert "only sparse and multi_hot columns can be hash-bucketed" in message
+
+
+# --- against a training document ------------------------------------------------------------------
+
+
+def training(**model: Any) -> Any:
+    from airflow_provider_primus.contracts.loader import load_training_spec
+
+    return load_training_spec(
+        {"apiVersion": "primus.dev/v1alpha1", "kind": "PrimusTraining", "metadata": {"name": "t"},
+         "spec": {"model": model}}
+    )  # fmt: skip
+
+
+def with_lists_everywhere(doc: Doc) -> Doc:
+    for source in doc["spec"]["sources"]:
+        source["schema"]["multi_hot"] = [{"column": "recent_items", "pooling": "mean", "max_length": 20}]
+        if source is not doc["spec"]["sources"][0]:
+            source["schema"]["transforms"].append({"column": "recent_items", "hash_bucket": 100000})
+    return doc
+
+
+def test_a_list_column_gets_a_table_like_a_sparse_one(doc: Doc) -> None:
+    from airflow_provider_primus.contracts.training import check_against, table_sizes
+
+    data = load_data_spec(with_lists_everywhere(doc))
+    assert table_sizes(training(), data)["recent_items"] == 100000
+    assert table_sizes(training(buckets={"recent_items": 77}), data)["recent_items"] == 77
+    check_against(training(sharding={"recent_items": "row_wise"}), data)
+
+
+def test_every_source_must_declare_the_same_lists(doc: Doc) -> None:
+    from airflow_provider_primus.contracts.training import check_against
+
+    with_lists_everywhere(doc)
+    doc["spec"]["sources"][1]["schema"]["multi_hot"][0]["pooling"] = "sum"
+    with pytest.raises(SpecError) as exc:
+        check_against(training(), load_data_spec(doc))
+    [issue] = exc.value.issues
+    assert issue.path == "<data>.spec.sources[1].schema.multi_hot"
+    assert "must match sources[0]" in issue.message and "'pooling': 'mean'" in issue.message
+
+
+def test_a_list_column_without_a_table_size_is_named(doc: Doc) -> None:
+    from airflow_provider_primus.contracts.training import check_against
+
+    with_lists_everywhere(doc)
+    for source in doc["spec"]["sources"]:
+        source["schema"]["transforms"] = [
+            t for t in source["schema"]["transforms"] if t["column"] != "recent_items"
+        ]
+    with pytest.raises(SpecError) as exc:
+        check_against(training(), load_data_spec(doc))
+    [issue] = exc.value.issues
+    assert issue.path == "spec.model.buckets.recent_items"
+    assert "multi_hot column 'recent_items' has no hash_bucket transform" in issue.message

@@ -152,3 +152,35 @@ def test_a_served_snapshot_rebuilds_the_list_tables_from_its_record() -> None:
         assert torch.equal(
             served(sparse, dense, {"recent": recent}), model(sparse, dense, {"recent": recent})
         )
+
+
+def test_a_user_model_is_handed_the_bags_its_schema_announces() -> None:
+    from airflow_provider_primus.training.protocol import Features, FeatureSchema, SparseFeature
+    from airflow_provider_primus.training.user_model import UserModel
+
+    schema = FeatureSchema(
+        sparse=(SparseFeature("a", 10), SparseFeature("r", 20, multi_hot=True, pooling="mean", max_length=4)),
+        dense=(),
+        embedding_dim=4,
+    )
+    assert [f.name for f in schema.single_hot] == ["a"] and [f.name for f in schema.multi_hot] == ["r"]
+    seen: dict[str, Bag] = {}
+
+    class Pooled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.table = torch.nn.EmbeddingBag(20, 1, mode="mean", sparse=True)
+
+        def forward(self, features: Features) -> torch.Tensor:
+            seen.update(features.bags)
+            bag = features.bags["r"]
+            out: torch.Tensor = self.table(bag.ids, bag.offsets).squeeze(1)
+            return out
+
+    model = UserModel(Pooled(), schema, "m:Pooled")
+    assert model.bag_columns == ("r",) and model.num_sparse == 1
+    recent = bag([[1, 2], []])
+    logits = model(torch.tensor([[1], [2]]), torch.zeros(2, 0), {"r": recent})
+    assert logits.shape == (2,) and seen["r"] is recent
+    with pytest.raises(ValueError, match=r"multi-hot column\(s\) \['r'\] have no bag in this batch"):
+        model(torch.tensor([[1], [2]]), torch.zeros(2, 0))

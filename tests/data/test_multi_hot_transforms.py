@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -105,3 +107,21 @@ def test_lists_of_floats_cannot_be_hashed() -> None:
     t = BatchTransformer(schema([{"column": "items"}], [{"column": "items", "hash_bucket": 10}]))
     with pytest.raises(SchemaMismatchError, match=r"'items'.*hash_bucket needs integer or string.*double"):
         t(batch([[1.5], [], []]))
+
+
+def test_json_lines_arrays_are_read_as_list_columns(tmp_path: Path) -> None:
+    from airflow_provider_primus.data.model import FileSlice
+    from airflow_provider_primus.data.reader import read_task
+    from tests.data.test_reader import files_task
+
+    path = tmp_path / "part-0.jsonl"
+    rows = [
+        {"u": 1, "items": [3, 4], "p": 0.5, "y": 1},
+        {"u": 2, "items": None, "p": 0.5, "y": 0},
+        {"u": 3, "p": 1.0, "y": 1},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = files_task(FileSlice(str(path), path.stat().st_size))
+    [batch] = list(read_task(task, fmt="jsonl", columns=["u", "items", "p", "y"], batch_rows=10))
+    out = BatchTransformer(schema([{"column": "items", "max_length": 1}]))(batch)
+    assert out.column("items").to_pylist() == [[3], [], []]

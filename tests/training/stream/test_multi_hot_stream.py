@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -99,3 +100,30 @@ def test_json_arrays_are_trained_as_lists_and_wrong_arrays_dead_lettered(
     by_value = {m.value: dict(m.headers)["primus.error"].decode() for m in letters}
     for message, (_, reason) in zip(bad_messages, bad, strict=True):
         assert reason in by_value[message], by_value[message]
+
+
+def test_avro_arrays_are_lists_too(kafka_broker: Any, new_topic: Callable[..., str], tmp_path: Path) -> None:
+    from tests.training.stream.formats_world import AVRO_SCHEMA, avro_bytes, rows
+
+    topic = new_topic("avro-lists")
+    bootstrap = kafka_broker.bootstrap_servers
+    schema = {
+        **AVRO_SCHEMA,
+        "fields": [*AVRO_SCHEMA["fields"], {"name": "recent", "type": {"type": "array", "items": "long"}}],
+    }
+    schema_file = tmp_path / "click.avsc"
+    schema_file.write_text(json.dumps(schema))
+    events_, expected = [], {}
+    for i, row in enumerate(rows(0, 40, seed=3)):
+        recent = [row["row_id"] + k for k in range(i % 6)]
+        events_.append(avro_bytes({**row, "recent": recent}, schema))
+        expected[row["row_id"]] = hash_ids(pa.array(recent[:3], pa.int64()), 100).to_pylist()
+    produce(bootstrap, topic, events_)
+    source = kafka_source(
+        bootstrap, topic, schema=MULTI_HOT, value_format="avro", avro={"schema_file": str(schema_file)}
+    )
+    src = StreamSource(source, passthrough=("row_id",))
+    try:
+        assert drain(src, lambda got: len(got) >= 40) == expected
+    finally:
+        src.close()

@@ -267,9 +267,10 @@ class DLRM(Trainable):
         tables = weights[0].device if weights else compute
         ids = sparse.to(tables)
         offsets = torch.arange(n, device=tables, dtype=ids.dtype)
+        # Without multi-hot columns every table is a single-valued column's: the loop as it always was.
+        single = self.embeddings if not self.bag_columns else list(self.embeddings)[: self.num_sparse]
         features.extend(
-            self.embeddings[j](ids[:, j], offsets).to(compute, non_blocking=True)
-            for j in range(self.num_sparse)
+            bag(ids[:, j], offsets).to(compute, non_blocking=True) for j, bag in enumerate(single)
         )
         if self.bag_columns:
             features.extend(self._pooled(bags or {}, n, tables, compute))

@@ -29,7 +29,7 @@ class ProtocolDLRM(nn.Module):
         self.dlrm = dlrm
 
     def forward(self, features: Features) -> torch.Tensor:
-        logits: torch.Tensor = self.dlrm(features.sparse, features.dense)
+        logits: torch.Tensor = self.dlrm(features.sparse, features.dense, features.bags)
         return logits
 
 
@@ -45,5 +45,9 @@ def build(schema: FeatureSchema, options: dict[str, Any]) -> ProtocolDLRM:
             top_mlp=list(options["top_mlp"]),
             seed=int(options.get("seed", 0)),
             dense_transform=str(options.get("dense_transform", "log1p")),
+            multi_hot=[
+                {"column": f.name, "num_embeddings": f.num_embeddings, "pooling": f.pooling}
+                for f in schema.multi_hot
+            ],
         )
     )

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from airflow_provider_primus.data.bags import Bag
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.embedded.server_process import free_ports  # loopback ports
 from airflow_provider_primus.process import stop_process_group, tied_to_launcher
@@ -60,7 +61,7 @@ class ShardingRun:
     """One training run of :func:`train_worker`: the model, the data and what to record."""
 
     rows: tuple[int, ...]  # rows per embedding table
-    plan: tuple[Sharding, ...]  # each table's sharding
+    plan: tuple[Sharding, ...]  # each table's sharding (the multi-hot tables' last)
     out: str  # directory the trainers write their results to
     embedding_dim: int = 16
     num_dense: int = 4
@@ -75,9 +76,16 @@ class ShardingRun:
     # kernel refused it (the evidence that the tables exceed one trainer's allotment).
     probe_replicated: bool = False
     dlrm: dict[str, Any] = field(default_factory=dict)  # extra DLRM arguments
+    # Multi-hot tables (rows, pooling), after the single-valued ones: lists of 0..4 IDs a row.
+    multi_hot: tuple[tuple[int, str], ...] = ()
 
     def model_args(self) -> dict[str, Any]:
+        lists = [
+            {"column": f"list{k}", "num_embeddings": rows, "pooling": pooling}
+            for k, (rows, pooling) in enumerate(self.multi_hot)
+        ]
         return {
+            **({"multi_hot": lists} if lists else {}),
             "num_embeddings": list(self.rows),
             "num_dense": self.num_dense,
             "embedding_dim": self.embedding_dim,
@@ -95,7 +103,12 @@ def global_batch(run: ShardingRun, step: int) -> TensorBatch:
     sparse = torch.stack([torch.randint(0, rows, (n,), generator=g) for rows in run.rows], dim=1)
     dense = torch.randn(n, run.num_dense, generator=g)
     labels = torch.randint(0, 2, (n,), generator=g).float()
-    return TensorBatch(sparse=sparse, dense=dense, labels=labels)
+    bags: dict[str, Bag] = {}
+    for k, (rows, _) in enumerate(run.multi_hot):  # drawn after the rest: the other draws stay
+        lengths = torch.randint(0, 5, (n,), generator=g)
+        ids = torch.randint(0, rows, (int(lengths.sum()),), generator=g)
+        bags[f"list{k}"] = Bag(ids=ids, offsets=torch.cumsum(lengths, 0) - lengths)
+    return TensorBatch(sparse=sparse, dense=dense, labels=labels, bags=bags)
 
 
 def share(run: ShardingRun, step: int, rank: int, world: int) -> TensorBatch:
@@ -157,7 +170,11 @@ def _warm_up(run: ShardingRun) -> None:
     (the optimizers import torch._dynamo) is loaded before measuring and before the allotment, not
     counted against either (an import that fails halfway under the limit would leave torch broken)."""
     tiny = ShardingRun(
-        rows=tuple(8 for _ in run.rows), plan=tuple(REPLICATED for _ in run.rows), out=run.out, steps=1
+        rows=tuple(8 for _ in run.rows),
+        plan=tuple(REPLICATED for _ in run.plan),
+        out=run.out,
+        steps=1,
+        multi_hot=tuple((8, pooling) for _, pooling in run.multi_hot),
     )
     model = DLRM(**tiny.model_args())
     train(model, Optimizers(model), Group(), tiny)

@@ -213,6 +213,22 @@ class Transform(StrictModel):
         return self
 
 
+MultiHotPooling = Literal["sum", "mean"]
+
+
+class MultiHot(StrictModel):
+    """A column whose value is a list of IDs (a user's recent items), pooled into one vector.
+
+    Declared apart from ``sparse`` because its data is a list: readers keep it one, the trainer
+    carries it as ``ids``/``offsets`` and the model pools it with ``nn.EmbeddingBag``. ``max_length``
+    caps what a row keeps (its first IDs), which bounds the work one heavy user adds to a step.
+    """
+
+    column: ColumnName
+    pooling: MultiHotPooling = "sum"
+    max_length: Annotated[int, Strict(), Field(ge=1)] | None = None
+
+
 def _step_kind(value: Any) -> str:
     """A python step says ``type: python`` (or names a ``function``); every other step is a column's."""
     if isinstance(value, Mapping):
@@ -230,6 +246,7 @@ class SourceSchema(StrictModel):
     """Declared once per source so batch and stream read and transform the same features."""
 
     sparse: list[ColumnName] = Field(default_factory=list)
+    multi_hot: list[MultiHot] = Field(default_factory=list)
     dense: list[ColumnName] = Field(default_factory=list)
     label: Label
     event_time: EventTime | None = None
@@ -245,9 +262,13 @@ class SourceSchema(StrictModel):
     def event_time_column(self) -> str | None:
         return self.event_time.column if self.event_time is not None else None
 
+    @property
+    def multi_hot_columns(self) -> list[str]:
+        return [m.column for m in self.multi_hot]
+
     def columns(self) -> list[str]:
         """The declared columns: features, then label, then event time, each once."""
-        wanted = [*self.sparse, *self.dense, self.label.column]
+        wanted = [*self.sparse, *self.multi_hot_columns, *self.dense, self.label.column]
         if self.event_time is not None:
             wanted.append(self.event_time.column)
         return list(dict.fromkeys(wanted))
@@ -277,14 +298,23 @@ class SourceSchema(StrictModel):
     def _columns_consistent(self) -> SourceSchema:
         issues: list[tuple[Loc, str]] = []
         seen: dict[str, str] = {}
-        for group, names in (("sparse", self.sparse), ("dense", self.dense)):
+        groups: tuple[tuple[str, list[str], tuple[str, ...]], ...] = (
+            ("sparse", self.sparse, ()),
+            ("multi_hot", self.multi_hot_columns, ("column",)),
+            ("dense", self.dense, ()),
+        )
+        for group, names, leaf in groups:
             for i, name in enumerate(names):
                 if name in seen:
                     issues.append(
-                        ((group, i), f"column {name!r} is listed more than once (first at {seen[name]})")
+                        (
+                            (group, i, *leaf),
+                            f"column {name!r} is listed more than once (first at {seen[name]})",
+                        )
                     )
                 else:
                     seen[name] = f"{group}[{i}]"
+        lists = set(self.multi_hot_columns)
         known = self.columns()
         for i, transform in enumerate(self.transforms):
             if isinstance(transform, PythonTransform):
@@ -292,17 +322,34 @@ class SourceSchema(StrictModel):
             elif transform.column not in known:
                 message = (
                     f"unknown column {transform.column!r}; a transform must name a column declared in "
-                    f"sparse, dense, label or event_time"
+                    f"sparse, multi_hot, dense, label or event_time"
                 )
                 hint = suggest(transform.column, known)
                 issues.append(
                     (("transforms", i, "column"), message + (f"; did you mean {hint!r}?" if hint else ""))
                 )
-            elif transform.hash_bucket is not None and transform.column not in self.sparse:
+            elif transform.hash_bucket is not None and transform.column not in (*self.sparse, *lists):
                 issues.append(
                     (
                         ("transforms", i, "hash_bucket"),
-                        f"only sparse columns can be hash-bucketed; {transform.column!r} is not in sparse",
+                        f"only sparse and multi_hot columns can be hash-bucketed; {transform.column!r} "
+                        f"is in neither",
+                    )
+                )
+            elif transform.column in lists and transform.fill is not None:
+                issues.append(
+                    (
+                        ("transforms", i, "fill"),
+                        f"{transform.column!r} is a multi_hot (list) column: a null list already reads as "
+                        f"an empty one and null IDs in a list are dropped, so there is nothing to fill",
+                    )
+                )
+            elif transform.column in lists and transform.cast not in (None, "int64", "string"):
+                issues.append(
+                    (
+                        ("transforms", i, "cast"),
+                        f"{transform.column!r} is a multi_hot (list) column of IDs: cast applies to each "
+                        f"ID and may only be int64 or string (got {transform.cast!r})",
                     )
                 )
         if issues:

@@ -40,6 +40,7 @@ from airflow_provider_primus.contracts.errors import (
     raise_issues,
     suggest,
 )
+from airflow_provider_primus.contracts.schema import MultiHot
 from airflow_provider_primus.contracts.sources import KafkaSource
 from airflow_provider_primus.contracts.storage import ObjectStorage, storage_issues
 from airflow_provider_primus.contracts.versions import api_version, hub_version, to_hub
@@ -398,7 +399,7 @@ def table_sizes(training: PrimusTraining, data: PrimusData) -> dict[str, int]:
     """Embedding table size per sparse column: the override, else the column's hash bucket count."""
     buckets = _hash_buckets(data)
     sizes: dict[str, int] = {}
-    for column in feature_columns(data)[0]:
+    for column in embedded_columns(data):
         size = training.spec.model.buckets.get(column, buckets.get(column))
         if size is not None:
             sizes[column] = size
@@ -410,6 +411,17 @@ def feature_columns(data: PrimusData) -> tuple[list[str], list[str]]:
     because one model reads them all."""
     first = data.spec.sources[0].schema_
     return list(first.sparse), list(first.dense)
+
+
+def multi_hot_columns(data: PrimusData) -> list[MultiHot]:
+    """The multi-hot (list) columns, as every source declares them (``check_against`` holds them to
+    sources[0]'s): each gets a table like a sparse column, pooled as declared."""
+    return list(data.spec.sources[0].schema_.multi_hot)
+
+
+def embedded_columns(data: PrimusData) -> list[str]:
+    """Every column with an embedding table: the sparse ones, then the multi-hot ones."""
+    return [*feature_columns(data)[0], *(m.column for m in multi_hot_columns(data))]
 
 
 def replay_source(spec: TrainingSpec, data: PrimusData) -> str | None:
@@ -486,6 +498,7 @@ def check_against(training: PrimusTraining, data: PrimusData) -> None:
         )
     issues.extend(_replay_issues(spec, data))
     sparse, dense = feature_columns(data)
+    lists = multi_hot_columns(data)
     for i, source in enumerate(data.spec.sources):
         if (list(source.schema_.sparse), list(source.schema_.dense)) != (sparse, dense):
             issues.append(
@@ -496,33 +509,45 @@ def check_against(training: PrimusTraining, data: PrimusData) -> None:
                     f"dense={dense})",
                 )
             )
+        elif list(source.schema_.multi_hot) != lists:
+            issues.append(
+                SpecIssue(
+                    f"<data>.spec.sources[{i}].schema.multi_hot",
+                    f"declares {[m.model_dump() for m in source.schema_.multi_hot]}; one model reads "
+                    f"every source, so it must match sources[0] ({[m.model_dump() for m in lists]})",
+                )
+            )
+    embedded = embedded_columns(data)
     model = spec.model
     # The cross network's input: the bottom MLP's output (with dense columns) and one embedding a
     # sparse column, each embedding_dim wide; a rank above that is no low-rank factorisation.
-    cross_width = (len(sparse) + (1 if dense else 0)) * model.embedding_dim
+    cross_width = (len(embedded) + (1 if dense else 0)) * model.embedding_dim
     if model.cross_rank is not None and model.cross_rank > cross_width:
         issues.append(
             SpecIssue(
                 "spec.model.cross_rank",
                 f"{model.cross_rank} is above the cross network's input width {cross_width} "
-                f"(({len(sparse)} sparse + {1 if dense else 0} dense feature) x embedding_dim "
+                f"(({len(embedded)} sparse + {1 if dense else 0} dense feature) x embedding_dim "
                 f"{model.embedding_dim}); leave it unset for full rank",
             )
         )
     sizes = table_sizes(training, data)
-    for column in sparse:
+    for column in embedded:
         if column not in sizes:
+            kind = "sparse" if column in sparse else "multi_hot"
             issues.append(
                 SpecIssue(
                     f"spec.model.buckets.{column}",
-                    f"sparse column {column!r} has no hash_bucket transform in the data schema; "
+                    f"{kind} column {column!r} has no hash_bucket transform in the data schema; "
                     "give its table size here",
                 )
             )
     for column in spec.model.buckets:
-        if column not in sparse:
-            issues.append(SpecIssue(f"spec.model.buckets.{column}", f"{column!r} is not a sparse column"))
-    issues.extend(_sharding_issues(spec, sparse))
+        if column not in embedded:
+            issues.append(
+                SpecIssue(f"spec.model.buckets.{column}", f"{column!r} is not a sparse or multi_hot column")
+            )
+    issues.extend(_sharding_issues(spec, embedded))
     if spec.mode in ("stream", "mixed") and not kafka_sources(data):
         issues.append(SpecIssue("spec.mode", f"mode {spec.mode!r} needs a kafka source"))
     if spec.mode in ("batch", "mixed") and not [s for s in data.spec.sources if s.type == "files"]:

@@ -68,8 +68,9 @@ def python_step_issues(step: PythonTransform, index: int, declared: Sequence[str
             issues.append(
                 (
                     ("transforms", index, "outputs", j),
-                    f"unknown column {name!r}; outputs name columns declared in sparse, dense, label or "
-                    f"event_time that the function creates" + (f"; did you mean {hint!r}?" if hint else ""),
+                    f"unknown column {name!r}; outputs name columns declared in sparse, multi_hot, dense, "
+                    "label or event_time that the function creates"
+                    + (f"; did you mean {hint!r}?" if hint else ""),
                 )
             )
     for j, name in enumerate(step.inputs):

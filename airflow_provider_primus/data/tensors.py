@@ -3,6 +3,10 @@
 Conversion is whole-column: Arrow buffers become numpy arrays without copying where Arrow allows it
 (no nulls, fixed width), and one stack per feature group builds the row-major matrices the embedding
 and MLP layers read. Per-row Python here would dominate the trainer's input time.
+
+Multi-hot columns (the transformer's list columns) become :class:`Bag` s: the IDs flat and one start
+offset per row, ``nn.EmbeddingBag``'s input. Slicing, gathering and concatenating batches keep them
+aligned with the rows by offset arithmetic over whole arrays, never a loop over rows.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from airflow_provider_primus.data.bags import Bag, concat_bags, gather_bag, slice_bag
 from airflow_provider_primus.data.transforms import EVENT_TIME, LABEL
 
-__all__ = ["TensorBatch", "concat_batches", "take_rows", "to_tensors"]
+__all__ = ["Bag", "TensorBatch", "concat_batches", "take_rows", "to_tensors"]
 
 
 @dataclass
@@ -39,6 +44,8 @@ class TensorBatch:
     window: str | None = None
     # Per-row origins once rows of several tasks are mixed (a shuffle); ``origin`` is then None.
     origins: np.ndarray[Any, np.dtype[np.object_]] | None = None
+    # The multi-hot columns by name (empty when the schema declares none).
+    bags: dict[str, Bag] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -55,6 +62,7 @@ class TensorBatch:
             positions=None if self.positions is None else self.positions[start:stop],
             window=self.window,
             origins=None if self.origins is None else self.origins[start:stop],
+            bags={k: slice_bag(b, start, stop) for k, b in self.bags.items()},
         )
 
     def rows(self, index: np.ndarray[Any, np.dtype[np.int64]]) -> TensorBatch:
@@ -72,6 +80,7 @@ class TensorBatch:
             positions=None if self.positions is None else self.positions[index],
             window=self.window,
             origins=None if self.origins is None else self.origins[index],
+            bags={k: gather_bag(b, picked) for k, b in self.bags.items()},
         )
 
     def row_origins(self) -> np.ndarray[Any, np.dtype[np.object_]]:
@@ -87,6 +96,18 @@ class TensorBatch:
         if self.event_time_ms is None:
             return torch.zeros(len(self), dtype=torch.int64)
         return self.event_time_ms
+
+
+def _bag(values: pa.Array) -> Bag:
+    """A transformed list column as ids (int64) and per-row start offsets (int64, the first 0)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    bounds = values.offsets.to_numpy().astype(np.int64)
+    ids = values.values.slice(int(bounds[0]), int(bounds[-1] - bounds[0]))
+    return Bag(
+        ids=torch.from_numpy(np.array(ids.to_numpy(zero_copy_only=False), dtype=np.int64)),
+        offsets=torch.from_numpy(bounds[:-1] - bounds[0]),
+    )
 
 
 def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
@@ -120,7 +141,10 @@ def to_tensors(
     dense: Sequence[str],
     extra: Sequence[str] = (),
 ) -> TensorBatch:
-    """Tensors from a transformed batch: sparse IDs, dense features, ``label`` and ``event_time``.
+    """Tensors from a transformed batch: sparse IDs, dense features, ``label``, ``event_time`` and
+    a :class:`Bag` for every list column that is not in ``extra``: the transformer emits exactly the
+    schema's multi-hot columns as lists (and nothing else), so every reader that already names the
+    sparse and dense columns gets the bags without naming them.
 
     Null event times become 0 ms (the epoch) so a batch never fails on one incomplete stream event;
     a watermark taken as the maximum is unaffected.
@@ -143,6 +167,11 @@ def to_tensors(
         labels=torch.from_numpy(labels),
         event_time_ms=event_time,
         extra={name: _column(batch, name).to_numpy(zero_copy_only=False) for name in extra},
+        bags={
+            f.name: _bag(batch.column(i))
+            for i, f in enumerate(batch.schema)
+            if (pa.types.is_list(f.type) or pa.types.is_large_list(f.type)) and f.name not in extra
+        },
     )
 
 
@@ -170,6 +199,7 @@ def concat_batches(batches: Sequence[TensorBatch]) -> TensorBatch:
         else np.concatenate([p for p in positions if p is not None]),
         window=first.window,
         origins=np.concatenate([b.row_origins() for b in batches]) if mixed else None,
+        bags={k: concat_bags([b.bags[k] for b in batches]) for k in first.bags},
     )
 
 

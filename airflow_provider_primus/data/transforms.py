@@ -7,7 +7,8 @@ per row would cap an executor at a few hundred thousand rows per second.
 
 Conventions, fixed here so batch and stream agree:
 
-- Output columns, in order: each sparse column (int64), each dense column (float32), ``label``
+- Output columns, in order: each sparse column (int64), each multi-hot column (a list of int32 or
+  int64 IDs, see below), each dense column (float32), ``label``
   (float32), ``event_time`` (timestamp[us, UTC], only when the schema declares one), then the
   ``passthrough`` columns unchanged.
 - Python steps (``type: python``, ``user_transforms.py``) run first, in list order, on the batch as
@@ -24,6 +25,11 @@ Conventions, fixed here so batch and stream agree:
   hash differently. Null IDs go to bucket 0 unless a ``fill`` ran first.
 - A sparse column without ``hash_bucket`` is taken as final IDs: it must be integer or castable to
   int64 without loss (``"12"`` and ``12.0`` are; ``12.5`` is an error); nulls become 0.
+- A multi-hot column must hold lists (Arrow list or large_list; a column of nulls reads as empty
+  lists). A null list becomes an empty one and null IDs inside a list are dropped; then a list longer
+  than ``max_length`` keeps its first ``max_length`` IDs; then the column's transforms (``cast`` to
+  int64 or string, ``hash_bucket``) apply to every ID, exactly as they would to a single ID, so an ID
+  lands in the same bucket in a list as alone. The work is on the flattened IDs, whole-column.
 - Dense nulls stay null (NaN once they become tensors); declare a ``fill`` to choose a value.
 - A missing label (null, or NaN in a label column; null or NaN input to a rule) is never trained:
   reading it as 0.0 would invent a negative. The schema's ``missing_label`` decides: ``drop`` (the
@@ -237,7 +243,8 @@ class BatchTransformer:
         self._user = steps_for(schema.python_steps)
         for transform in schema.column_steps:
             self._steps.setdefault(transform.column, []).append(transform)
-        names = [*schema.sparse, *schema.dense, LABEL]
+        self._lists = {m.column: m for m in schema.multi_hot}
+        names = [*schema.sparse, *self._lists, *schema.dense, LABEL]
         if schema.event_time is not None:
             names.append(EVENT_TIME)
         clashes = [n for n in names if names.count(n) > 1]
@@ -294,7 +301,17 @@ class BatchTransformer:
             ) from None
 
     def _check_types(self, schema: pa.Schema, path: str) -> None:
-        final = {c: self._final_type(c, schema.field(c).type, path) for c in self.schema.columns()}
+        final = {
+            c: self._final_type(c, self._value_type(c, schema.field(c).type, path), path)
+            for c in self.schema.columns()
+        }
+        for column in self._lists:
+            if not _castable(final[column], pa.int64()):
+                raise SchemaMismatchError(
+                    path,
+                    column,
+                    f"multi_hot IDs must be integers or declare hash_bucket; found lists of {final[column]}",
+                )
         for column in self.schema.sparse:
             if not _castable(final[column], pa.int64()):
                 raise SchemaMismatchError(
@@ -331,6 +348,19 @@ class BatchTransformer:
                     f"event time must be a timestamp, an integer count since the epoch (unit "
                     f"{self.schema.event_time.integer_unit}) or an ISO 8601 string; found type {found}",
                 )
+
+    def _value_type(self, column: str, typ: pa.DataType, path: str) -> pa.DataType:
+        """The type the column's transforms see: a multi-hot column's ID type (they apply to each
+        ID), any other column's own type."""
+        if column not in self._lists:
+            return typ
+        if pa.types.is_null(typ):
+            return typ
+        if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)):
+            raise SchemaMismatchError(
+                path, column, f"a multi_hot column must hold lists of IDs; found type {typ}"
+            )
+        return typ.value_type
 
     def _final_type(self, column: str, typ: pa.DataType, path: str) -> pa.DataType:
         """The column's type after its transforms, checking each step can apply to what it gets."""
@@ -404,6 +434,8 @@ class BatchTransformer:
         arrays: list[pa.Array] = []
         for name in self.schema.sparse:
             arrays.append(self._sparse(name, column(name), path))
+        for name, declared in self._lists.items():
+            arrays.append(self._multi_hot(name, batch.column(name), declared.max_length, path))
         for name in self.schema.dense:
             arrays.append(_cast(column(name), pa.float32(), name, path))
         arrays.append(self._label(column(self.schema.label.column), path))
@@ -436,6 +468,16 @@ class BatchTransformer:
                 values = hash_ids(values, step.hash_bucket)
         return values
 
+    def _multi_hot(self, name: str, lists: pa.Array, max_length: int | None, path: str) -> pa.Array:
+        """The column as lists of final IDs: nulls dropped, capped, then transformed ID by ID."""
+        flat, lengths = _kept_ids(lists, max_length)
+        ids = self._sparse(name, self._apply_steps(name, flat, path), path)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if offsets[-1] <= _INT32_BUCKETS:
+            return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), ids)
+        return pa.LargeListArray.from_arrays(pa.array(offsets), ids)
+
     def _sparse(self, name: str, values: pa.Array, path: str) -> pa.Array:
         if pa.types.is_null(values.type):
             return pa.array(np.zeros(len(values), dtype=np.int64))
@@ -458,6 +500,29 @@ class BatchTransformer:
             return pc.cast(hit, pa.float32())  # null stays null: no label
         out = _cast(values, pa.float32(), label.column, path)
         return pc.if_else(pc.is_nan(out), pa.scalar(None, pa.float32()), out)
+
+
+def _kept_ids(lists: pa.Array, max_length: int | None) -> tuple[pa.Array, np.ndarray[Any, Any]]:
+    """Every row's IDs one after another and each row's count, without null lists (read as empty),
+    null IDs (dropped) or IDs past ``max_length`` (the first ones are kept): one mask over the
+    flattened IDs, whatever the number of rows."""
+    if pa.types.is_null(lists.type):
+        return pa.array([], type=pa.int64()), np.zeros(len(lists), dtype=np.int64)
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks()
+    flat = pc.list_flatten(lists)  # null lists contribute nothing
+    lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    if not flat.null_count and (max_length is None or not len(lengths) or lengths.max() <= max_length):
+        return flat, lengths
+    keep = flat.is_valid().to_numpy(zero_copy_only=False)
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    if max_length is not None:
+        # A kept ID's place in its row, counting only kept IDs: the first max_length of them stay.
+        kept_before = np.cumsum(keep) - keep
+        row_start = np.concatenate(([0], np.cumsum(np.bincount(rows, weights=keep, minlength=len(lengths)))))
+        place = kept_before - row_start[rows].astype(np.int64)
+        keep &= place < max_length
+    return flat.filter(pa.array(keep)), np.bincount(rows[keep], minlength=len(lengths)).astype(np.int64)
 
 
 def _temporal(typ: pa.DataType) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from airflow_provider_primus.contracts.data import PrimusData
-from airflow_provider_primus.contracts.training import PrimusTraining, table_sizes
+from airflow_provider_primus.contracts.training import PrimusTraining, multi_hot_columns, table_sizes
 from airflow_provider_primus.training.checkpoints.served import model_record
 from airflow_provider_primus.training.gpu import Placement, place_model, placement_for
 from airflow_provider_primus.training.model_kinds import kind_arguments
@@ -98,6 +98,7 @@ def _built_in(
     spec = training.spec
     sparse_cols, dense_cols = columns
     sizes = table_sizes(training, data)
+    lists = multi_hot_columns(data)
     model_args: dict[str, Any] = {
         "num_embeddings": [sizes[c] for c in sparse_cols],
         "num_dense": len(dense_cols),
@@ -108,7 +109,12 @@ def _built_in(
         "dense_transform": spec.model.dense_transform,
         **kind_arguments(spec.model),
     }
+    if lists:  # absent otherwise: a model without lists records (and rebuilds) exactly as before
+        model_args["multi_hot"] = [
+            {"column": m.column, "num_embeddings": sizes[m.column], "pooling": m.pooling} for m in lists
+        ]
     kind = spec.model.type
     # Each table replicated or row-wise per the spec's model.sharding (training/sharding.py).
-    model = build_model(sharding_plan(spec.model.sharding, sparse_cols), rank, world, kind=kind, **model_args)
+    tables = [*sparse_cols, *(m.column for m in lists)]
+    model = build_model(sharding_plan(spec.model.sharding, tables), rank, world, kind=kind, **model_args)
     return model, model_record(model_args, sparse_cols, dense_cols, kind)

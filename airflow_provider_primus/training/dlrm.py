@@ -8,6 +8,10 @@ gradients are sparse (``EmbeddingBag(sparse=True)``) and they get their own opti
 IDs are not range-checked: the transform layer hashes every sparse column into its table's bucket
 count, so an out-of-range ID is a configuration error that the embedding lookup itself reports.
 
+Multi-hot (list) columns get one ``EmbeddingBag`` each, in the pooling their schema declares (``sum``
+or ``mean``; an empty list pools to zeros), after the single-valued columns' tables; each pooled
+vector is one more feature of the interaction, exactly like a single ID's embedding.
+
 Dense values are transformed inside :meth:`DLRM.forward` (:func:`dense_input`), not upstream: the
 model is the one thing training, the held-out evaluation and a served snapshot all call, so none of
 them can skip or repeat the transform (train/serve skew), and a stateless transform keeps checkpoints,
@@ -17,18 +21,29 @@ exact resume and sharded or elastic training exactly as they are.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import cast
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import torch
 from torch import nn
 
+from airflow_provider_primus.data.bags import Bag
 from airflow_provider_primus.training.trainable import Trainable
 
-__all__ = ["DENSE_TRANSFORMS", "DLRM", "dense_input", "device_for", "embedding_table", "init_bound"]
+__all__ = [
+    "DENSE_TRANSFORMS",
+    "DLRM",
+    "POOLINGS",
+    "dense_input",
+    "device_for",
+    "embedding_table",
+    "init_bound",
+]
 
 # The training contract's ``model.dense_transform`` choices (contracts/training.py), default first.
 DENSE_TRANSFORMS = ("log1p", "none")
+# How a multi-hot column's IDs pool (the data contract's ``multi_hot[].pooling``), default first.
+POOLINGS = ("sum", "mean")
 
 
 def device_for(choice: str) -> torch.device:
@@ -89,9 +104,9 @@ def init_bound(rows: int) -> float:
     return math.sqrt(1.0 / rows)
 
 
-def embedding_table(rows: int, dim: int, generator: torch.Generator) -> nn.EmbeddingBag:
+def embedding_table(rows: int, dim: int, generator: torch.Generator, mode: str = "sum") -> nn.EmbeddingBag:
     # An explicit weight skips the default initialisation (and its use of the global RNG).
-    bag = nn.EmbeddingBag(rows, dim, mode="sum", sparse=True, _weight=torch.empty(rows, dim))
+    bag = nn.EmbeddingBag(rows, dim, mode=mode, sparse=True, _weight=torch.empty(rows, dim))
     bound = init_bound(rows)
     with torch.no_grad():
         bag.weight.uniform_(-bound, bound, generator=generator)
@@ -104,8 +119,24 @@ def _positive(name: str, values: Sequence[int]) -> None:
         raise ValueError(f"{name} must all be >= 1, got {list(values)}")
 
 
+def _multi_hot_tables(multi_hot: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, str]]:
+    """(column, rows, pooling) of each multi-hot table, checked: the form a snapshot's record holds
+    them in is JSON, so it is read field by field here."""
+    out: list[tuple[str, int, str]] = []
+    for entry in multi_hot:
+        column, rows, pooling = str(entry["column"]), int(entry["num_embeddings"]), str(entry["pooling"])
+        if pooling not in POOLINGS:
+            raise ValueError(
+                f"multi_hot column {column!r}: pooling must be one of {list(POOLINGS)}, got {pooling!r}"
+            )
+        _positive(f"multi_hot column {column!r}'s num_embeddings", [rows])
+        out.append((column, rows, pooling))
+    return out
+
+
 class DLRM(Trainable):
-    """Click-through logits from sparse IDs ``[n, n_sparse]`` and dense features ``[n, n_dense]``.
+    """Click-through logits from sparse IDs ``[n, n_sparse]``, dense features ``[n, n_dense]`` and
+    the multi-hot columns' bags (``multi_hot``: ``{column, num_embeddings, pooling}`` each).
 
     With ``num_dense == 0`` there is no bottom MLP (``bottom_mlp`` is ignored, so one config can
     serve sources with and without dense features) and the top MLP sees only the interactions.
@@ -122,10 +153,12 @@ class DLRM(Trainable):
         top_mlp: Sequence[int],
         seed: int = 0,
         dense_transform: str = DENSE_TRANSFORMS[0],
+        multi_hot: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         super().__init__()
         _check_transform(dense_transform)
         _positive("num_embeddings", num_embeddings)
+        lists = _multi_hot_tables(multi_hot)
         _positive("embedding_dim", [embedding_dim])
         _positive("top_mlp widths", top_mlp)
         if num_dense < 0:
@@ -139,15 +172,25 @@ class DLRM(Trainable):
                 raise ValueError(
                     f"bottom_mlp's last width ({bottom_mlp[-1]}) must equal embedding_dim ({embedding_dim})"
                 )
-        n_features = len(num_embeddings) + (1 if num_dense > 0 else 0)
+        n_features = len(num_embeddings) + len(lists) + (1 if num_dense > 0 else 0)
         top_in = self._top_width(n_features, num_dense, embedding_dim)
 
         self.num_sparse = len(num_embeddings)
         self.num_dense = num_dense
         self.embedding_dim = embedding_dim
         self.dense_transform = dense_transform
+        self.bag_columns = tuple(column for column, _, _ in lists)
         generator = torch.Generator().manual_seed(seed)
-        self.embeddings = nn.ModuleList(self._make_tables(num_embeddings, embedding_dim, generator))
+        # The single-valued columns' tables, then the multi-hot ones: one list, so sharding, the
+        # sparse optimizer and checkpoints treat every table alike (``embeddings.{j}``).
+        self.embeddings = nn.ModuleList(
+            self._make_tables(
+                [*num_embeddings, *(rows for _, rows, _ in lists)],
+                embedding_dim,
+                generator,
+                ["one"] * len(num_embeddings) + [pooling for _, _, pooling in lists],
+            )
+        )
         self.bottom: nn.Sequential | None = (
             _mlp(num_dense, bottom_mlp, generator, relu_last=False) if num_dense > 0 else None
         )
@@ -182,17 +225,27 @@ class DLRM(Trainable):
         self.register_buffer("pair_cols", cols, persistent=False)
 
     def _make_tables(
-        self, num_embeddings: Sequence[int], embedding_dim: int, generator: torch.Generator
+        self,
+        num_embeddings: Sequence[int],
+        embedding_dim: int,
+        generator: torch.Generator,
+        modes: Sequence[str],
     ) -> list[nn.Module]:
         """The tables, drawn from ``generator`` in order before the MLPs: the hook through which a
         row-wise sharded model (training/sharding.py) builds only its own rows from the same draws.
-        Each table is called as ``table(ids, offsets)`` and has its rows in ``.weight``."""
-        return [embedding_table(n, embedding_dim, generator) for n in num_embeddings]
+        Each table is called as ``table(ids, offsets)`` and has its rows in ``.weight``; ``modes``
+        says how each pools: ``one`` (one ID a row: a single-valued column), ``sum`` or ``mean``."""
+        return [
+            embedding_table(n, embedding_dim, generator, "sum" if mode == "one" else mode)
+            for n, mode in zip(num_embeddings, modes, strict=True)
+        ]
 
     def embedding_parameters(self) -> list[nn.Parameter]:
         return [cast(nn.Parameter, bag.weight) for bag in self.embeddings]
 
-    def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, sparse: torch.Tensor, dense: torch.Tensor, bags: Mapping[str, Bag] | None = None
+    ) -> torch.Tensor:
         if sparse.dim() != 2 or sparse.shape[1] != self.num_sparse:
             raise ValueError(f"sparse must be [n, {self.num_sparse}], got {list(sparse.shape)}")
         if dense.dim() != 2 or dense.shape[1] != self.num_dense:
@@ -214,11 +267,32 @@ class DLRM(Trainable):
         tables = weights[0].device if weights else compute
         ids = sparse.to(tables)
         offsets = torch.arange(n, device=tables, dtype=ids.dtype)
+        # Without multi-hot columns every table is a single-valued column's: the loop as it always was.
+        single = self.embeddings if not self.bag_columns else list(self.embeddings)[: self.num_sparse]
         features.extend(
-            bag(ids[:, j], offsets).to(compute, non_blocking=True) for j, bag in enumerate(self.embeddings)
+            bag(ids[:, j], offsets).to(compute, non_blocking=True) for j, bag in enumerate(single)
         )
+        if self.bag_columns:
+            features.extend(self._pooled(bags or {}, n, tables, compute))
         logits: torch.Tensor = self.top(self._interact(features, bottom_out))
         return logits.squeeze(1)
+
+    def _pooled(
+        self, bags: Mapping[str, Bag], n: int, tables: torch.device, compute: torch.device
+    ) -> list[torch.Tensor]:
+        """Each multi-hot column's pooled vectors ``[n, d]``, in the order of its tables."""
+        out: list[torch.Tensor] = []
+        for k, column in enumerate(self.bag_columns):
+            bag = bags.get(column)
+            if bag is None:
+                raise ValueError(f"multi-hot column {column!r} has no bag in this batch (got {sorted(bags)})")
+            if bag.offsets.shape[0] != n:
+                raise ValueError(
+                    f"multi-hot column {column!r} has {bag.offsets.shape[0]} rows, the batch {n}"
+                )
+            table = self.embeddings[self.num_sparse + k]
+            out.append(table(bag.ids.to(tables), bag.offsets.to(tables)).to(compute, non_blocking=True))
+        return out
 
     def _interact(self, features: list[torch.Tensor], bottom_out: torch.Tensor | None) -> torch.Tensor:
         """The top MLP's input from the pooled features (``[n, d]`` each, the bottom MLP's output

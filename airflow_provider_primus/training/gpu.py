@@ -26,12 +26,13 @@ embeddings' sparse gradients, which NCCL cannot all-reduce (:func:`all_reduce_sp
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from airflow_provider_primus.data.bags import Bag, concat_bags
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.training.dlrm import device_for
 from airflow_provider_primus.training.trainable import Trainable
@@ -161,12 +162,15 @@ class Staged:
     dense: torch.Tensor
     labels: torch.Tensor
     copied: Any = None  # torch.cuda.Event once the copy stream has copied them, else None
+    # The multi-hot columns, beside the tables (read them after ``ready()``).
+    bags: dict[str, Bag] = field(default_factory=dict)
 
     def ready(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.copied is not None:
             stream = torch.cuda.current_stream(self.labels.device)
             stream.wait_event(self.copied)  # the GPU waits for the copy; the host goes on
-            for t in (self.sparse, self.dense, self.labels):
+            bag_tensors = [t for b in self.bags.values() for t in (b.ids, b.offsets)]
+            for t in (self.sparse, self.dense, self.labels, *bag_tensors):
                 if t.is_cuda:
                     t.record_stream(stream)  # allocated on the copy stream, used on this one
             self.copied = None
@@ -188,20 +192,30 @@ class BatchStager:
 
     def stage(self, parts: Sequence[tuple[str, TensorBatch]]) -> Staged:
         batches = [b for _, b in parts]
+        # One bag per multi-hot column over the step's parts (none: the dict is empty, no work).
+        bags = {k: concat_bags([b.bags[k] for b in batches]) for k in batches[0].bags} if batches else {}
         if self.stream is None:
             return Staged(
                 torch.cat([b.sparse for b in batches]),
                 torch.cat([b.dense for b in batches]),
                 torch.cat([b.labels for b in batches]),
+                bags=bags,
             )
         host = [_pinned_cat([getattr(b, k) for b in batches]) for k in ("sparse", "dense", "labels")]
         with torch.cuda.stream(self.stream):
             sparse = host[0].to(self.placement.embeddings, non_blocking=True)
             dense = host[1].to(self.placement.dense, non_blocking=True)
             labels = host[2].to(self.placement.dense, non_blocking=True)
+            placed = {
+                k: Bag(
+                    _pinned_cat([b.ids]).to(self.placement.embeddings, non_blocking=True),
+                    _pinned_cat([b.offsets]).to(self.placement.embeddings, non_blocking=True),
+                )
+                for k, b in bags.items()
+            }
             copied = torch.cuda.Event()  # type: ignore[no-untyped-call]
             copied.record(self.stream)
-        return Staged(sparse, dense, labels, copied)
+        return Staged(sparse, dense, labels, copied, placed)
 
 
 class Prefetcher(Iterator[Staged]):

@@ -27,6 +27,8 @@ from typing import Any, Literal, cast
 import torch
 from torch import nn
 
+from airflow_provider_primus.data.bags import Bag
+
 __all__ = [
     "PROTOCOL_VERSION",
     "Bag",
@@ -102,16 +104,6 @@ class FeatureSchema:
             embedding_dim=int(str(data["embedding_dim"])),
             version=int(str(data.get("version", PROTOCOL_VERSION))),
         )
-
-
-@dataclass(frozen=True)
-class Bag:
-    """One multi-hot column of a batch: every row's IDs one after another (``ids``, int64) and where
-    each row's start (``offsets``, int64, one per row, the first 0): ``nn.EmbeddingBag(ids, offsets)``
-    pools it. An empty list is a row whose offset equals the next one's."""
-
-    ids: torch.Tensor
-    offsets: torch.Tensor
 
 
 @dataclass(frozen=True)

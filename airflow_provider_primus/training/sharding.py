@@ -16,6 +16,11 @@ rows only. Every trainer takes part in every step's exchanges, with zero IDs whe
 :func:`exchanges_rows` tells the updater (training/update.py) to run the forward and backward then.
 gloo supports ``all_to_all_single`` on CPU tensors (uneven splits included), NCCL on CUDA tensors.
 
+A multi-hot column's table shards the same way: its IDs are looked up across the trainers like any
+others, and the rows come back to the asker, which pools them itself: a sum over its own rows (the
+per-owner partial sums add up to the same thing), a mean that sum over the list's length (an empty
+list pools to zeros, as ``EmbeddingBag`` does).
+
 Replicated tables stay ``nn.EmbeddingBag`` and are all-reduced as before (training/distributed.py);
 the shards' gradients are sparse, which is how that all-reduce knows to leave them alone.
 
@@ -134,11 +139,24 @@ class _RowWiseLookup(torch.autograd.Function):
 
 class RowWiseTable(nn.Module):
     """This trainer's rows ``[start, end)`` of a table of ``num_embeddings`` rows, looked up across
-    all trainers. Called as ``table(ids, offsets)``: bags of IDs, summed (``EmbeddingBag``'s
-    ``mode="sum"``), so it stands in for a replicated table in :class:`DLRM` unchanged."""
+    all trainers. Called as ``table(ids, offsets)``: bags of IDs pooled as ``mode`` says (``one``:
+    one ID a bag, a single-valued column's; ``sum`` or ``mean`` as ``EmbeddingBag``'s modes), so it
+    stands in for a replicated table in :class:`DLRM` unchanged."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, rank: int, world: int, weight: torch.Tensor):
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        rank: int,
+        world: int,
+        weight: torch.Tensor,
+        *,
+        mode: str = "one",
+    ):
         super().__init__()
+        if mode not in ("one", "sum", "mean"):
+            raise ValueError(f"mode must be 'one', 'sum' or 'mean', got {mode!r}")
+        self.mode = mode
         bounds = row_bounds(num_embeddings, world)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.rank, self.world = rank, world
@@ -156,7 +174,7 @@ class RowWiseTable(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"rows [{self.start}, {self.end}) of {self.num_embeddings}, dim {self.embedding_dim}, "
-            f"trainer {self.rank} of {self.world}"
+            f"trainer {self.rank} of {self.world}, mode {self.mode}"
         )
 
     def _rows(self, ids: torch.Tensor) -> torch.Tensor:
@@ -168,10 +186,15 @@ class RowWiseTable(nn.Module):
         ids = ids.to(torch.int64)
         vectors = self._rows(ids)
         bags = offsets.shape[0]
-        if bags == ids.shape[0]:  # one ID per bag (DLRM's case): the rows are the bags
+        if self.mode == "one" and bags == ids.shape[0]:  # a single-valued column: rows are the bags
             return vectors
+        # right=True: an empty bag shares its offset with the next, whose IDs these are.
         bag_of = torch.searchsorted(offsets, torch.arange(ids.shape[0], device=ids.device), right=True) - 1
-        return vectors.new_zeros((bags, self.embedding_dim)).index_add(0, bag_of, vectors)
+        pooled = vectors.new_zeros((bags, self.embedding_dim)).index_add(0, bag_of, vectors)
+        if self.mode != "mean":
+            return pooled
+        lengths = torch.bincount(bag_of, minlength=bags).clamp(min=1).to(pooled.dtype)
+        return pooled / lengths.unsqueeze(1)
 
 
 class ShardedDLRM(DLRM):
@@ -187,7 +210,11 @@ class ShardedDLRM(DLRM):
         super().__init__(**dlrm)
 
     def _make_tables(
-        self, num_embeddings: Sequence[int], embedding_dim: int, generator: torch.Generator
+        self,
+        num_embeddings: Sequence[int],
+        embedding_dim: int,
+        generator: torch.Generator,
+        modes: Sequence[str],
     ) -> list[nn.Module]:
         plan: list[Sharding] = self.__dict__["_plan"]
         rank, world = self.__dict__["_shard_of"]
@@ -196,21 +223,22 @@ class ShardedDLRM(DLRM):
                 f"the sharding plan names {len(plan)} tables; the model has {len(num_embeddings)}"
             )
         tables: list[nn.Module] = []
-        for n, choice in zip(num_embeddings, plan, strict=True):
+        for n, choice, mode in zip(num_embeddings, plan, modes, strict=True):
             if choice == ROW_WISE:
                 bounds = row_bounds(n, world)
                 rows = _draw_rows(n, embedding_dim, generator, bounds[rank], bounds[rank + 1])
-                tables.append(RowWiseTable(n, embedding_dim, rank, world, rows))
+                tables.append(RowWiseTable(n, embedding_dim, rank, world, rows, mode=mode))
             elif choice == REPLICATED:
-                tables.extend(super()._make_tables([n], embedding_dim, generator))
+                tables.extend(super()._make_tables([n], embedding_dim, generator, [mode]))
             else:
                 raise ValueError(f"unknown sharding {choice!r}; choose {REPLICATED!r} or {ROW_WISE!r}")
         return tables
 
 
 def sharding_plan(choices: Mapping[str, str], columns: Sequence[str]) -> list[Sharding]:
-    """Each sparse column's table sharding (the training spec's ``model.sharding``; default
-    replicated). A name that is not a sparse column is an error naming it."""
+    """Each table's sharding (the training spec's ``model.sharding``; default replicated), for
+    ``columns``: the sparse columns, then the multi-hot ones, the model's table order. A name that
+    is not one of them is an error naming it."""
     unknown = sorted(set(choices) - set(columns))
     if unknown:
         raise ValueError(

@@ -17,11 +17,12 @@ import torch
 
 from airflow_provider_primus.contracts.schema import EventTime
 from airflow_provider_primus.contracts.training import STREAM_DENSE_LR_MULTIPLIER, SourceControl
+from airflow_provider_primus.data.bags import Bag
 from airflow_provider_primus.data.event_time import implausible, iso, now_ms, unit_hint
 from airflow_provider_primus.data.tensors import TensorBatch
 from airflow_provider_primus.training.distributed import Group
 from airflow_provider_primus.training.feeds.replay import is_replay, replayed_source
-from airflow_provider_primus.training.gpu import BatchStager, Placement
+from airflow_provider_primus.training.gpu import BatchStager, Placement, Staged
 from airflow_provider_primus.training.metrics import Percentiles, ScoreLog
 from airflow_provider_primus.training.optim import Optimizers
 from airflow_provider_primus.training.sharding import exchanges_rows
@@ -131,8 +132,9 @@ class Updater:
         # and gradient exchanges, with no rows of its own if it has none.
         collective = exchanges_rows(self.model)
         if parts or collective:
-            sparse, dense, labels = self.stager.stage(parts).ready() if parts else self._no_rows()
-            logits = self.model(sparse, dense)
+            staged = self.stager.stage(parts) if parts else self._no_rows()
+            sparse, dense, labels = staged.ready()
+            logits = self.model(sparse, dense, staged.bags)
             offset = 0
             # Reading scores back waits for the GPU: only when there are stream rows to score.
             scored = any(n in w.streams for n, _ in parts)
@@ -176,13 +178,15 @@ class Updater:
                     self.freshness.add(age.astype(np.float64))
         self._check_event_times(parts)
 
-    def _no_rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _no_rows(self) -> Staged:
         """An empty step on the model's devices: a trainer without rows still joins the exchanges."""
         placement, model = self.stager.placement, cast(Trainable, self.model)
-        return (
+        empty = torch.zeros(0, dtype=torch.int64, device=placement.embeddings)
+        return Staged(
             torch.zeros((0, model.num_sparse), dtype=torch.int64, device=placement.embeddings),
             torch.zeros((0, model.num_dense), dtype=torch.float32, device=placement.dense),
             torch.zeros(0, dtype=torch.float32, device=placement.dense),
+            bags={name: Bag(empty, empty) for name in getattr(model, "bag_columns", ())},
         )
 
     def _check_event_times(self, parts: list[tuple[str, TensorBatch]]) -> None:

@@ -1,7 +1,7 @@
 """A user's own model (``model.type: python``) trained by the product's runtime.
 
 The user's module speaks the model protocol (training/protocol.py: ``forward(Features) -> [B]``);
-the runtime speaks ``model(sparse, dense)`` (training/trainable.py). :class:`UserModel` is the adapter:
+the runtime speaks ``model(sparse, dense, bags)`` (training/trainable.py). :class:`UserModel` is the adapter:
 one ``Features`` record per step around the tensors the stager has already placed, nothing copied,
 so a user model trains on the built-in models' hot path, with their optimizers, checkpoints, several
 trainers and publishing.
@@ -23,7 +23,13 @@ import torch
 from torch import nn
 
 from airflow_provider_primus.contracts.data import PrimusData
-from airflow_provider_primus.contracts.training import PrimusTraining, feature_columns, table_sizes
+from airflow_provider_primus.contracts.training import (
+    PrimusTraining,
+    feature_columns,
+    multi_hot_columns,
+    table_sizes,
+)
+from airflow_provider_primus.data.bags import Bag
 from airflow_provider_primus.errors import TerminalError, user_frames
 from airflow_provider_primus.training.entrypoint import build_model
 from airflow_provider_primus.training.protocol import (
@@ -60,18 +66,29 @@ class UserModelError(TerminalError):
 
 def feature_schema(training: PrimusTraining, data: PrimusData) -> FeatureSchema:
     """What the factory is told about the data: the sparse columns with their table sizes (the
-    ``buckets`` override, else the hash bucket count), the dense columns, the embedding width."""
+    ``buckets`` override, else the hash bucket count), then the multi-hot ones with their pooling
+    and cap, the dense columns, the embedding width."""
     sparse, dense = feature_columns(data)
     sizes = table_sizes(training, data)
+    lists = tuple(
+        SparseFeature(
+            name=m.column,
+            num_embeddings=sizes[m.column],
+            multi_hot=True,
+            pooling=m.pooling,
+            max_length=m.max_length,
+        )
+        for m in multi_hot_columns(data)
+    )
     return FeatureSchema(
-        sparse=tuple(SparseFeature(name=c, num_embeddings=sizes[c]) for c in sparse),
+        sparse=tuple(SparseFeature(name=c, num_embeddings=sizes[c]) for c in sparse) + lists,
         dense=tuple(dense),
         embedding_dim=training.spec.model.embedding_dim,
     )
 
 
 class UserModel(Trainable):
-    """The user's module behind the runtime's ``model(sparse, dense)``."""
+    """The user's module behind the runtime's ``model(sparse, dense, bags)``."""
 
     def __init__(self, module: nn.Module, schema: FeatureSchema, entrypoint: str) -> None:
         super().__init__()
@@ -79,6 +96,7 @@ class UserModel(Trainable):
         self.schema = schema
         self.entrypoint = entrypoint
         self.num_sparse = len(schema.single_hot)
+        self.bag_columns = tuple(f.name for f in schema.multi_hot)
         self.num_dense = len(schema.dense)
         self.dense_transform = "none"  # the protocol hands the dense values over raw
         self._tables, _ = split_parameters(module)
@@ -87,9 +105,14 @@ class UserModel(Trainable):
         # The same Parameter objects after .to(device): modules move their parameters' data.
         return list(self._tables)
 
-    def forward(self, sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, sparse: torch.Tensor, dense: torch.Tensor, bags: Mapping[str, Bag] | None = None
+    ) -> torch.Tensor:
+        missing = [f.name for f in self.schema.multi_hot if f.name not in (bags or {})]
+        if missing:  # the runtime's own fault, not the user's: not a UserModelError
+            raise ValueError(f"multi-hot column(s) {missing} have no bag in this batch")
         try:
-            logits = self.user(Features(sparse=sparse, dense=dense))
+            logits = self.user(Features(sparse=sparse, dense=dense, bags=dict(bags or {})))
         except Exception as exc:
             raise UserModelError(f"{self.entrypoint}'s forward raised {user_frames(exc, _LIBRARY)}") from exc
         rows = sparse.shape[0]

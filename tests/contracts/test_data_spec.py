@@ -470,7 +470,7 @@ def test_hash_bucket_only_on_sparse_columns(doc: Doc) -> None:
     files(doc)["schema"]["transforms"].append({"column": "price", "hash_bucket": 10})
     path, message = only_issue(doc)
     assert path == "spec.sources[0].schema.transforms[4].hash_bucket"
-    assert "only sparse columns can be hash-bucketed" in message
+    assert "only sparse and multi_hot columns can be hash-bucketed" in message
 
 
 def test_transform_has_exactly_one_kind(doc: Doc) -> None:

@@ -96,7 +96,7 @@ def test_cross_document_checks_name_the_problem() -> None:
         check_against(training, data)
     text = messages(exc)
     assert "spec.mixing.sources.event" in text and "did you mean 'events'" in text
-    assert "spec.model.buckets.price" in text and "not a sparse column" in text
+    assert "spec.model.buckets.price" in text and "not a sparse or multi_hot column" in text
 
 
 def test_a_holdout_overlapping_the_training_window_is_refused() -> None:

@@ -74,8 +74,8 @@ def test_the_json_schema_accepts_a_python_step(doc: Doc) -> None:
         ({"type": "sql", "function": "acme:fn"}, "transforms[4].type", "must be 'python' (got 'sql')"),
         ({"type": "python"}, "transforms[4].function", "required field is missing"),
         ({"type": "python", "function": "acme:fn", "outputs": ["prise"]}, "transforms[4].outputs[0]",
-         "unknown column 'prise'; outputs name columns declared in sparse, dense, label or event_time "
-         "that the function creates; did you mean 'price'?"),
+         "unknown column 'prise'; outputs name columns declared in sparse, multi_hot, dense, label or "
+         "event_time that the function creates; did you mean 'price'?"),
         ({"type": "python", "function": "acme:fn", "inputs": ["price"], "outputs": ["price"]},
          "transforms[4].inputs[0]", "'price' is also in outputs"),
         ({"type": "python", "function": "acme:fn", "output": ["price"]}, "transforms[4].output",

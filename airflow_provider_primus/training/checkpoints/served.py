@@ -48,6 +48,8 @@ def model_record(
         **recorded_arguments(kind, dict(model_args)),
         "sparse": list(sparse),
         "dense": list(dense),
+        # The multi-hot tables (column, rows, pooling), only when there are any.
+        **({"multi_hot": list(model_args["multi_hot"])} if model_args.get("multi_hot") else {}),
     }
 
 
@@ -69,7 +71,9 @@ def served_model(snapshot: PublishedSnapshot) -> Trainable:
     assert isinstance(record, dict)  # for mypy: checked above
     kind = str(record.get("type", DEFAULT_KIND))  # recorded before kinds existed: a DLRM
     model = model_class(kind)(
-        **{key: record[key] for key in _ARCHITECTURE}, **recorded_arguments(kind, record)
+        **{key: record[key] for key in _ARCHITECTURE},
+        **recorded_arguments(kind, record),
+        multi_hot=record.get("multi_hot") or (),
     )
     model.load_state_dict(snapshot.load_state())
     return model.eval()

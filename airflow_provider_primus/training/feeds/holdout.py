@@ -69,7 +69,7 @@ def evaluate_holdout(
                 # One batch ahead: the next batch is on its way to the GPU while this one is scored.
                 for staged in Prefetcher(_batches(feed), stager):
                     ids, values, labels = staged.ready()
-                    p = torch.sigmoid(model(ids, values))
+                    p = torch.sigmoid(model(ids, values, staged.bags))
                     log_.append(labels.cpu().numpy(), p.float().cpu().numpy())
         finally:
             feed.close()

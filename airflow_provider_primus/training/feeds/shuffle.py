@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from airflow_provider_primus.data.bags import replace_rows
 from airflow_provider_primus.data.tensors import TensorBatch, concat_batches, take_rows
 
 __all__ = ["ShuffleBuffer"]
@@ -40,6 +41,8 @@ def _assign(pool: TensorBatch, slots: np.ndarray[Any, np.dtype[np.int64]], rows:
         pool.positions[slots] = rows.positions
     if pool.origins is not None:
         pool.origins[slots] = rows.row_origins()
+    if pool.bags:
+        pool.bags = {k: replace_rows(b, index, rows.bags[k]) for k, b in pool.bags.items()}
 
 
 def _own(batch: TensorBatch) -> TensorBatch:
@@ -54,6 +57,7 @@ def _own(batch: TensorBatch) -> TensorBatch:
         positions=None if batch.positions is None else np.array(batch.positions, copy=True),
         window=batch.window,
         origins=np.array(batch.row_origins(), copy=True),
+        bags=dict(batch.bags),  # replaced, never written in place (_assign)
     )
 
 

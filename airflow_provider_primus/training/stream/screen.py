@@ -17,7 +17,12 @@ here are what the source's schema declares, per column:
 - a column whose first transform (after any ``fill``) is a ``cast``: any scalar; the cast decides
   per value, and a value it refuses makes the message malformed.
 
-Nested values (objects, arrays) never fit a feature. Passthrough columns are carried as they are.
+- a multi-hot column: an array (absent or null reads as an empty one) whose non-null items follow
+  the rule a sparse column with the same transforms would (integers, or integers or strings when
+  hash-bucketed, any scalar under a ``cast``).
+
+Other nested values (objects, arrays) never fit a feature. Passthrough columns are carried as they
+are.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ NUMERIC = frozenset({"integer", "number", "boolean"})
 IDS = frozenset({"integer", "number"})
 HASHABLE = frozenset({"integer", "string"})
 EVENT_TIME = frozenset({"integer", "string"})
+ARRAY = frozenset({"array"})
 
 _ARTICLE = {"integer": "an integer", "array": "an array", "object": "an object"}
 
@@ -82,12 +88,16 @@ def arrow_kind(typ: pa.DataType) -> str | None:
     return str(typ)
 
 
+def _plural(kinds: frozenset[str]) -> str:
+    return " or ".join(f"{k}s" for k in ("integer", "number", "boolean", "string") if k in kinds)
+
+
 def _a(kind: str) -> str:
     return _ARTICLE.get(kind, f"a {kind}")
 
 
 def _describe(kinds: Iterable[str]) -> str:
-    order = ["integer", "number", "boolean", "string"]
+    order = ["integer", "number", "boolean", "string", "array"]
     names = [_a(k) for k in order if k in set(kinds)]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
@@ -112,9 +122,18 @@ class EventRules:
         self.allowed: dict[str, frozenset[str]] = {}
         self.learned: set[str] = set()  # hash-bucketed IDs whose kind the stream itself decides
         self.pinned: dict[str, str] = {}
+        # Multi-hot columns: the kinds their items may have (the column itself: an array).
+        self.items: dict[str, frozenset[str]] = {}
+        lists = set(schema.multi_hot_columns)
         for column in (c for c in schema.columns() if c not in produced):
             steps = [t for t in schema.column_steps if t.column == column and t.fill is None]
             first = steps[0] if steps else None
+            if column in lists:
+                self.allowed[column] = ARRAY
+                hashed = first is not None and first.hash_bucket is not None
+                cast = first is not None and first.cast is not None
+                self.items[column] = SCALARS if cast else HASHABLE if hashed else IDS
+                continue
             if first is not None and first.cast is not None:
                 self.allowed[column] = SCALARS  # declared conversion: the cast judges each value
                 continue
@@ -163,7 +182,21 @@ class EventRules:
                     f"wrong type: field {column!r} is {_a(kind)} ({_show(value)}); the schema expects "
                     f"{_describe(expected)}{why}"
                 )
+            elif column in self.items:
+                out.extend(self._item_problems(column, value))
         return out
+
+    def _item_problems(self, column: str, values: list[Any]) -> list[str]:
+        """The first item of a multi-hot array whose kind its column does not allow (per message:
+        the slow path only; a block read as one table is judged by its type in ``table_fits``)."""
+        allowed = self.items[column]
+        for value in values:
+            if value is not None and json_kind(value) not in allowed:
+                return [
+                    f"wrong type: field {column!r} holds {_a(json_kind(value))} ({_show(value)}); "
+                    f"the schema expects an array of {_plural(allowed)}"
+                ]
+        return []
 
     def learn_from_events(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Fix the kind of each learned column not yet fixed by the block's majority (a tie: integer),
@@ -187,9 +220,14 @@ class EventRules:
         for column in self.allowed:
             if column not in table.column_names:
                 continue
-            kind = arrow_kind(table.schema.field(column).type)
+            typ = table.schema.field(column).type
+            kind = arrow_kind(typ)
             if kind is not None and kind not in self.expected(column):
                 return False
+            if column in self.items and kind is not None:
+                item = arrow_kind(typ.value_type)
+                if item is not None and item not in self.items[column]:
+                    return False
         return True
 
     def learn_from_table(self, table: pa.Table) -> None:

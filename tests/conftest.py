@@ -252,8 +252,24 @@ def exclusive_group(item: pytest.Item) -> str | None:
 _GROUP_ORDER = ("realnode", "yarn", "registry")
 
 
+# scripts/test.sh runs the suite in two phases: the parallel workers without the ``exclusive``
+# tests, then those alone (``PRIMUS_EXCLUSIVE=skip|only``); unset, everything runs.
+_PHASE = os.environ.get("PRIMUS_EXCLUSIVE", "")
+
+
+def _select_phase(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _PHASE not in ("skip", "only"):
+        return
+    keep = _PHASE == "only"
+    selected = [i for i in items if (i.get_closest_marker("exclusive") is not None) == keep]
+    if len(selected) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in selected])
+        items[:] = selected
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the node ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _select_phase(config, items)
     groups: dict[str, str | None] = {}
     for item in items:
         group = groups[item.nodeid] = exclusive_group(item)

@@ -4,17 +4,27 @@ every other task's rows are served transformed."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
+from tests.conftest import REPO
 from tests.data.service.conftest import T0, ExecutorProcess, Store, click_table, start_dispatcher
 from tests.data.service.test_service import loader_for, row_ids
 
 FUNCTION = "tests.data.transform_functions:refuses_negative_prices"
+
+
+@pytest.fixture(autouse=True)
+def _functions_on_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executors import the test's functions as a user's package on their path: this checkout."""
+    paths = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
 
 
 def _with_python_step_and_a_file_it_refuses(store: Store) -> str:

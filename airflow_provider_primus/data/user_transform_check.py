@@ -17,10 +17,10 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from airflow_provider_primus.contracts.data import PrimusData
 from airflow_provider_primus.contracts.user_transform import PythonTransform
+from airflow_provider_primus.imports import last_json_line
 
 __all__ = ["CHECK_TIMEOUT_S", "FunctionIssue", "check_in_child", "python_functions"]
 
@@ -64,22 +64,11 @@ def check_in_child(
         return [(first, f"importing the transform functions took over {timeout_s:.0f} s")]
     except OSError as exc:
         return [(first, f"cannot start the interpreter {python!r}: {exc}")]
-    answer = _last_json_line(done.stdout)
+    answer = last_json_line(done.stdout)
     if answer is None:
         tail = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         return [(first, f"checking the transform functions ended without an answer: {tail}")]
     return [(str(f), str(reason)) for f, reason in answer.get("issues", [])]
-
-
-def _last_json_line(text: str) -> dict[str, Any] | None:
-    for line in reversed(text.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
 
 
 def _child() -> int:

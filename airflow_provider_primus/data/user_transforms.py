@@ -24,7 +24,6 @@ quarantined with it, every task fails the same way, and the job fails once too m
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ import pyarrow as pa
 
 from airflow_provider_primus.contracts.user_transform import PythonTransform
 from airflow_provider_primus.errors import TerminalError, user_frames
+from airflow_provider_primus.imports import CallableImportError, import_callable
 
 __all__ = [
     "TransformFunctionError",
@@ -75,25 +75,11 @@ class TransformOutputError(TerminalError):
 
 def load_function(name: str) -> UserFunction:
     """The callable ``package.module:function`` names, imported in this process."""
-    module_name, _, attribute = name.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or whatever the module raised while importing
-        raise TransformFunctionError(f"cannot import {module_name!r}: {_one_line(exc)}") from exc
-    target: Any = module
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise TransformFunctionError(f"{module_name!r} has no attribute {attribute!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise TransformFunctionError(f"{name!r} is a {type(target).__name__}, not a callable")
-    function: UserFunction = target
+        function: UserFunction = import_callable(name)
+    except CallableImportError as exc:
+        raise TransformFunctionError(str(exc)) from exc.__cause__
     return function
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 class UserStep:

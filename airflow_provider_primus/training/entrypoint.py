@@ -16,7 +16,6 @@ one backward reaching at least one parameter.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import subprocess
@@ -32,6 +31,7 @@ from torch import nn
 
 from airflow_provider_primus.contracts.base import ENTRYPOINT_FORM
 from airflow_provider_primus.errors import TerminalError
+from airflow_provider_primus.imports import CallableImportError, import_callable, last_json_line
 from airflow_provider_primus.training.protocol import (
     Features,
     FeatureSchema,
@@ -78,19 +78,10 @@ def parse_entrypoint(entrypoint: str) -> tuple[str, str]:
 
 def load_factory(entrypoint: str) -> Factory:
     """The callable an entrypoint names, imported in this process."""
-    module_name, attribute = parse_entrypoint(entrypoint)
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or whatever the module raised while importing
-        raise EntrypointError(f"cannot import {module_name!r}: {_one_line(exc)}") from exc
-    target: Any = module
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise EntrypointError(f"{module_name!r} has no attribute {attribute!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise EntrypointError(f"{entrypoint!r} is a {type(target).__name__}, not a callable factory")
-    factory: Factory = target
+        factory: Factory = import_callable(entrypoint, "callable factory")
+    except CallableImportError as exc:
+        raise EntrypointError(str(exc)) from exc.__cause__
     return factory
 
 
@@ -184,24 +175,13 @@ def check_in_child(
         ) from exc
     except OSError as exc:
         raise EntrypointError(f"cannot start the interpreter {python!r}: {exc}") from exc
-    answer = _last_json_line(done.stdout)
+    answer = last_json_line(done.stdout)
     if answer is None:
         tail = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         raise EntrypointError(f"checking {entrypoint} ended without an answer: {tail}")
     if not answer.get("ok"):
         raise EntrypointError(str(answer.get("reason")), field=str(answer.get("field") or ENTRYPOINT_FIELD))
     return ModelCheck(int(answer["embedding_parameters"]), int(answer["dense_parameters"]))
-
-
-def _last_json_line(text: str) -> dict[str, Any] | None:
-    for line in reversed(text.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -10,6 +10,7 @@ from airflow_provider_primus.contracts.data import (
     MixtureEntry,
     Planning,
     PrimusData,
+    Source,
     Spec,
     Window,
     validate_data_spec,
@@ -22,14 +23,16 @@ from airflow_provider_primus.contracts.sources import (
     FileSource,
     KafkaSource,
     MissingPolicy,
-    Source,
     StartPolicy,
 )
+from airflow_provider_primus.contracts.tables import IcebergCatalog, IcebergSource
 
 __all__ = [
     "API_VERSION",
     "EventTimePolicy",
     "FileSource",
+    "IcebergCatalog",
+    "IcebergSource",
     "KafkaSource",
     "Label",
     "Metadata",

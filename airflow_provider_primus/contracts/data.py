@@ -10,7 +10,7 @@ the document is broken.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard
 
 from pydantic import Field, Strict, ValidationError, model_validator
 
@@ -31,10 +31,22 @@ from airflow_provider_primus.contracts.errors import (
     raise_issues,
     suggest,
 )
-from airflow_provider_primus.contracts.sources import FileSource, KafkaSource, Source
+from airflow_provider_primus.contracts.sources import FileSource, KafkaSource
+from airflow_provider_primus.contracts.tables import IcebergSource
 from airflow_provider_primus.contracts.versions import to_hub
 
 API_VERSION = "primus.dev/v1alpha1"
+
+Source = Annotated[FileSource | IcebergSource | KafkaSource, Field(discriminator="type")]
+# Bounded sources the planner turns into windows of tasks (the data service serves them); Kafka
+# sources are the trainers' own streams.
+HistorySource = FileSource | IcebergSource
+HISTORY_TYPES = (FileSource, IcebergSource)
+
+
+def is_history(source: object) -> TypeGuard[HistorySource]:
+    """Whether the planner plans the source into windows (files, tables), not a stream."""
+    return isinstance(source, HISTORY_TYPES)
 
 
 class Window(StrictModel):
@@ -132,7 +144,7 @@ class Spec(StrictModel):
             raise_issues(issues)
         return self
 
-    def source(self, name: str) -> FileSource | KafkaSource:
+    def source(self, name: str) -> FileSource | IcebergSource | KafkaSource:
         for candidate in self.sources:
             if candidate.name == name:
                 return candidate
@@ -153,7 +165,7 @@ def files_subset(data: PrimusData, names: Sequence[str] | None = None) -> Primus
     """The document with only its files sources (those of ``names``, when given): what a job's data
     service plans. Kafka sources are the trainers' own streams, never tasks of the data service.
     Mixture entries of the sources kept stay (their priorities order the tasks)."""
-    keep = [s for s in data.spec.sources if isinstance(s, FileSource) and (names is None or s.name in names)]
+    keep = [s for s in data.spec.sources if is_history(s) and (names is None or s.name in names)]
     kept = {s.name for s in keep}
     mixture = [m for m in data.spec.mixture if m.source in kept]
     spec = data.spec.model_copy(update={"sources": keep, "mixture": mixture})
@@ -163,7 +175,7 @@ def files_subset(data: PrimusData, names: Sequence[str] | None = None) -> Primus
 def window_source(data: PrimusData, source: str | None) -> str:
     """The files source a window appended to a running job reads: the one ``source`` names, which
     must be a files source of the data, or the data's only files source when it is left out."""
-    files = [s.name for s in data.spec.sources if isinstance(s, FileSource)]
+    files = [s.name for s in data.spec.sources if is_history(s)]
     kafka = [s.name for s in data.spec.sources if isinstance(s, KafkaSource)]
     if source is None:
         if len(files) == 1:

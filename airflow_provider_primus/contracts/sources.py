@@ -182,6 +182,10 @@ class FileSource(StrictModel):
     def columns(self) -> list[str]:
         return self.schema_.columns()
 
+    def where(self) -> str:
+        """Where the rows are, for messages."""
+        return self.uri
+
 
 # How far ahead of the wall clock a stream event may be stamped: producers' clocks drift by seconds to
 # minutes, an hour covers a wrong time zone; beyond it the stamp is wrong, not early.
@@ -345,6 +349,3 @@ class KafkaSource(StrictModel):
 
     def columns(self) -> list[str]:
         return self.schema_.columns()
-
-
-Source = Annotated[FileSource | KafkaSource, Field(discriminator="type")]

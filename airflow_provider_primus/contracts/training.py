@@ -32,7 +32,7 @@ from airflow_provider_primus.contracts.base import (
     ThreadCount,
     Width,
 )
-from airflow_provider_primus.contracts.data import PrimusData, Window
+from airflow_provider_primus.contracts.data import PrimusData, Window, is_history
 from airflow_provider_primus.contracts.errors import (
     SpecError,
     SpecIssue,
@@ -426,7 +426,7 @@ def embedded_columns(data: PrimusData) -> list[str]:
 
 def replay_source(spec: TrainingSpec, data: PrimusData) -> str | None:
     """The files source ``mixing.replay`` draws from: the one it names, else the only one."""
-    files = [s.name for s in data.spec.sources if s.type == "files"]
+    files = [s.name for s in data.spec.sources if is_history(s)]
     named = spec.mixing.replay.source
     if named is not None:
         return named if named in files else None
@@ -437,7 +437,7 @@ def _replay_issues(spec: TrainingSpec, data: PrimusData) -> list[SpecIssue]:
     replay = spec.mixing.replay
     if replay.share == 0 or replay_source(spec, data) is not None:
         return []
-    files = [s.name for s in data.spec.sources if s.type == "files"]
+    files = [s.name for s in data.spec.sources if is_history(s)]
     if replay.source is not None:
         what = f"{replay.source!r} is not a files source (files sources: {', '.join(files) or 'none'})"
         return [SpecIssue("spec.mixing.replay.source", what)]
@@ -550,7 +550,7 @@ def check_against(training: PrimusTraining, data: PrimusData) -> None:
     issues.extend(_sharding_issues(spec, embedded))
     if spec.mode in ("stream", "mixed") and not kafka_sources(data):
         issues.append(SpecIssue("spec.mode", f"mode {spec.mode!r} needs a kafka source"))
-    if spec.mode in ("batch", "mixed") and not [s for s in data.spec.sources if s.type == "files"]:
+    if spec.mode in ("batch", "mixed") and not [s for s in data.spec.sources if is_history(s)]:
         issues.append(SpecIssue("spec.mode", f"mode {spec.mode!r} needs a files source"))
     holdout = spec.evaluation.holdout
     window = data.spec.window

@@ -23,12 +23,12 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from airflow_provider_primus.data.model import FileInfo, FileSlice, Task
+from airflow_provider_primus.data.model import FileInfo, FileSlice, TableFile, Task
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS partitions (
@@ -38,6 +38,14 @@ CREATE TABLE IF NOT EXISTS partitions (
   PRIMARY KEY (fingerprint, time)
 )
 """
+# Table sources (data/sources/iceberg.py): a manifest's decoded live files by the manifest's path
+# (manifests are immutable, so a path names one content forever), and per window the snapshot and
+# the files the last plan of it held, so a later snapshot that removed them is seen.
+TABLE_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS manifests (path TEXT PRIMARY KEY, files TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS table_windows (fingerprint TEXT NOT NULL, time TEXT NOT NULL,"
+    " snapshot TEXT NOT NULL, files TEXT NOT NULL, PRIMARY KEY (fingerprint, time))",
+)
 # Added after the first release: caches written before it gain the columns (empty) on open.
 TASK_COLUMNS = ("sizing", "tasks")
 
@@ -66,6 +74,8 @@ class PlanCache:
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(SCHEMA)
+        for statement in TABLE_SCHEMA:
+            self._db.execute(statement)
         have = {row[1] for row in self._db.execute("PRAGMA table_info(partitions)")}
         for column in TASK_COLUMNS:
             if column not in have:
@@ -95,6 +105,45 @@ class PlanCache:
             self._db.executemany(
                 "INSERT OR REPLACE INTO partitions (fingerprint, time, files, sizing, tasks)"
                 " VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+            self._db.execute("COMMIT")
+
+    def get_manifests(self, paths: Iterable[str]) -> dict[str, list[TableFile]]:
+        wanted = list(paths)
+        out: dict[str, list[TableFile]] = {}
+        with self._lock:
+            for i in range(0, len(wanted), 500):
+                chunk = wanted[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                for path, files in self._db.execute(
+                    f"SELECT path, files FROM manifests WHERE path IN ({marks})", chunk
+                ):
+                    out[path] = [TableFile.decode(row) for row in json.loads(files)]
+        return out
+
+    def put_manifests(self, manifests: Mapping[str, list[TableFile]]) -> None:
+        rows = [(path, json.dumps([f.encode() for f in files])) for path, files in manifests.items()]
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT OR REPLACE INTO manifests (path, files) VALUES (?, ?)", rows)
+            self._db.execute("COMMIT")
+
+    def get_table_windows(self, fp: str) -> dict[datetime, tuple[str, list[str]]]:
+        """Per window planned before: the snapshot it was planned from and its files' paths."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT time, snapshot, files FROM table_windows WHERE fingerprint = ?", (fp,)
+            ).fetchall()
+        return {datetime.fromisoformat(t): (snap, json.loads(files)) for t, snap, files in rows}
+
+    def put_table_windows(self, fp: str, snapshot: str, windows: Mapping[datetime, list[str]]) -> None:
+        rows = [(fp, t.isoformat(), snapshot, json.dumps(sorted(paths))) for t, paths in windows.items()]
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO table_windows (fingerprint, time, snapshot, files)"
+                " VALUES (?, ?, ?, ?)",
                 rows,
             )
             self._db.execute("COMMIT")

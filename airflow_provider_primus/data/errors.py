@@ -30,3 +30,13 @@ class FileChangedError(CorruptFileError):
     """A file changed between planning and reading (an object's ETag, a file's size, modification
     time or Parquet footer differ from the planned ones): the plan's row numbers do not describe it
     any more, so it is refused rather than read, and its task is quarantined as a corrupt one is."""
+
+
+class TableError(PrimusError):
+    """A table source cannot be planned as its contract says: the catalog or table cannot be loaded,
+    a column is missing, the table holds what is refused rather than misread (row-level deletes)."""
+
+
+class TableRewrittenError(TableError):
+    """Files an earlier plan of a window held were removed by a later snapshot (compaction, overwrite,
+    delete) and the source's ``on_rewrite`` policy is ``fail``: their rows may be trained already."""

@@ -68,6 +68,10 @@ class SourceStats:
     tasks: int = 0
     rows: int = 0
     bytes: int = 0
+    # Table sources: the metadata, manifest-list and manifest reads the plan made (a re-plan reads
+    # only new manifests), and the windows whose earlier plan's files a later snapshot removed.
+    round_trips: int = 0
+    rewritten_partitions: int = 0
 
 
 @dataclass

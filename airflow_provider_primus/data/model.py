@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,34 @@ class FileInfo:
     # filesystem does not say, or in plans and caches written before they existed: not checked.
     mtime_ns: int | None = None
     footer_checksum: str = ""
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """One live data file as a manifest describes it: ``micros`` is the start of the hour or day
+    its partition names, or its event-time lower bound, in microseconds since the epoch."""
+
+    path: str
+    size: int
+    rows: int
+    micros: int | None
+
+    def encode(self) -> list[Any]:
+        return [self.path, self.size, self.rows, self.micros]
+
+    @staticmethod
+    def decode(row: list[Any]) -> TableFile:
+        return TableFile(str(row[0]), int(row[1]), int(row[2]), None if row[3] is None else int(row[3]))
+
+
+@dataclass(frozen=True)
+class ColumnRef:
+    """A current column of the table as its data files know it: by field id, not name, so a renamed
+    column is still found in files written before the rename."""
+
+    field_id: int
+    type: Any  # the pyarrow type a file without the column reads as (nulls)
+    required: bool
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,12 @@ from airflow_provider_primus.data.cache import (
     decode_tasks,
     fingerprint,
 )
-from airflow_provider_primus.data.errors import CorruptFileError, PlanCancelled
+from airflow_provider_primus.data.errors import (
+    CorruptFileError,
+    MissingPartitionError,
+    PlanCancelled,
+    TableRewrittenError,
+)
 from airflow_provider_primus.data.event_time import check_ranges
 from airflow_provider_primus.data.graph import SourceStats, TaskGraph
 from airflow_provider_primus.data.iopool import Lane
@@ -43,6 +48,7 @@ from airflow_provider_primus.data.sources.files import (
     open_source_filesystem,
     partition_times,
 )
+from airflow_provider_primus.data.sources.iceberg import TablePlan, plan_table_with_policy
 from airflow_provider_primus.data.sources.kafka import resolve_offsets
 
 
@@ -104,6 +110,11 @@ def _source_fingerprint(source: Any) -> str:
     return fingerprint(*parts)
 
 
+def _table_fingerprint(source: Any) -> str:
+    where = source.catalog.uri or source.catalog.warehouse or source.catalog.connection or ""
+    return fingerprint("iceberg", source.catalog.type, where, source.table, str(source.granularity))
+
+
 def _unchanged(cached: tuple[FileInfo, ...], listing: list[pafs.FileInfo]) -> dict[str, FileInfo]:
     """The cached files the listing shows unchanged (same path, size and modification stamp)."""
     by_path = {f.path: f for f in cached}
@@ -129,8 +140,8 @@ def plan(
     min_rows = opts.min_rows or spec.planning.min_rows_per_task
     workers = opts.workers or spec.planning.workers
     priorities = {m.source: m.priority for m in spec.mixture}
-    if end is None and any(s.type == "files" for s in spec.sources):
-        raise ValueError("a plan over files sources needs an end time")
+    if end is None and any(s.type != "kafka" for s in spec.sources):
+        raise ValueError("a plan over files or table sources needs an end time")
     graph = TaskGraph(name=spec_doc.metadata.name, start=start, end=end)
     groups: dict[str, list[datetime]] = {}
     to_cache: list[CacheEntry] = []
@@ -193,6 +204,65 @@ def plan(
         if name in checked:  # the tasks alone do not carry the statistics
             note_ranges(name, decode_files(entry.files))
 
+    def finish_table(source: Any, found: TablePlan) -> None:
+        """A table's windows into tasks. Not kept in the partition cache: a window's files are the
+        snapshot's, and the manifests (cached by path) make a re-plan cheap already."""
+        stats = graph.stats[source.name]
+        stats.round_trips += found.round_trips
+        fp = _table_fingerprint(source)
+        order = {str(snap): i for i, (snap, _) in enumerate(found.operations)}
+        before = opts.cache.get_table_windows(fp) if opts.cache is not None else {}
+        rewritten: list[str] = []
+        since: str | None = None  # the oldest snapshot a rewritten window was planned from
+        planned: dict[datetime, list[str]] = {}
+        for t in partition_times(start, end or start, source.granularity):
+            files = tuple(sorted(found.windows.get(t, ()), key=lambda f: f.path))
+            earlier = before.get(t)
+            if earlier is not None and earlier[0] != str(found.snapshot_id):
+                gone = set(earlier[1]) - {f.path for f in files}
+                if gone:
+                    if since is None or order.get(earlier[0], -1) < order.get(since, -1):
+                        since = earlier[0]
+                    rewritten.append(
+                        f"{t.isoformat()} ({len(gone)} of its {len(earlier[1])} files planned from snapshot "
+                        f"{earlier[0]} are gone in snapshot {found.snapshot_id})"
+                    )
+            where = f"{source.table}@{t.isoformat()}"
+            if not files:
+                reason = (
+                    "the table has no snapshot"
+                    if found.snapshot_id is None
+                    else f"no data file in snapshot {found.snapshot_id}"
+                )
+                missing = MissingPartition(source.name, t, where, reason)
+                if source.missing.policy != "skip":
+                    raise MissingPartitionError(missing)
+                graph.missing.append(missing)
+                stats.missing_partitions += 1
+                continue
+            planned[t] = [f.path for f in files]
+            part = FilePartition(source.name, t, where, files)
+            tasks = tasks_for_partition(
+                part, target_rows=target, min_rows=min_rows, priority=priorities.get(source.name, 0)
+            )
+            add_partition(source.name, t, len(files), tasks, cached=False)
+        if rewritten:
+            ops = found.operations[order.get(str(since), -1) + 1 :]
+            history = ", ".join(op for _, op in ops) or "unknown: the snapshot planned from has expired"
+            message = (
+                f"source {source.name!r}: table {source.table!r} rewrote files of windows planned before "
+                f"(operations since snapshot {since}: {history}): " + "; ".join(rewritten)
+            )
+            if source.on_rewrite.policy == "fail":
+                raise TableRewrittenError(
+                    message + ". Their rows may be trained already; set on_rewrite.policy 'replan' "
+                    "to plan the new files (and train those rows again), or plan another range"
+                )
+            graph.problems.append(message + "; planned again from the new files")
+            stats.rewritten_partitions += len(rewritten)
+        if opts.cache is not None and planned:
+            opts.cache.put_table_windows(fp, str(found.snapshot_id), planned)
+
     with Lane(workers) as lane:
         total = 0
         done = 0
@@ -209,6 +279,19 @@ def plan(
                     group_id=source.group_id,
                     window_start=start,
                     window_end=end,
+                )
+                total += 1
+                continue
+            if source.type == "iceberg":
+                lane.submit(
+                    ("table", source),
+                    plan_table_with_policy,
+                    source,
+                    start,
+                    end or start,
+                    manifests=opts.cache,
+                    workers=workers,
+                    cancel=opts.cancel,
                 )
                 total += 1
                 continue
@@ -289,6 +372,9 @@ def plan(
                         done += 1
                 elif error is not None:
                     raise error
+                elif kind == "table":
+                    finish_table(item, result)
+                    done += 1
                 elif kind == "kafka":
                     add_tasks(item.name, _kafka_tasks(item, result, target, priorities.get(item.name, 0)))
                     graph.stats[item.name].partitions += len(result)

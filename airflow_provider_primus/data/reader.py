@@ -24,7 +24,7 @@ say nothing about the file's content.
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_primus.data.errors import CorruptFileError, FileChangedError
 from airflow_provider_primus.data.identity import check_unchanged
-from airflow_provider_primus.data.model import FileSlice, Task
+from airflow_provider_primus.data.model import ColumnRef, FileSlice, Task
 from airflow_provider_primus.data.objectstore import ObjectStoreError, named_failure, object_version
 from airflow_provider_primus.data.transforms import SchemaMismatchError
 
@@ -60,6 +60,7 @@ def read_task(
     end_row: int | None = None,
     filesystem: pafs.FileSystem | None = None,
     decode_threads: bool = True,
+    fields: Mapping[str, ColumnRef] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Rows [start_row, end_row) of the task as batches of exactly ``batch_rows`` rows (the last may be
     shorter), spanning slice boundaries. Columns come in the order given, each once.
@@ -67,7 +68,8 @@ def read_task(
     Arguments are checked now; files are opened as the iterator is consumed. ``filesystem`` None reads
     the task's paths from the local disk. ``decode_threads`` decodes a Parquet batch's columns on
     Arrow's thread pool: faster for a lone reader, but extra CPU (pool hand-offs) that a process whose
-    other threads already keep its cores busy cannot spare.
+    other threads already keep its cores busy cannot spare. ``fields``: a table's columns by field
+    id (Iceberg), so files written under an older schema are read by id, not name (below).
     """
     if task.kind != "files":
         raise ValueError(f"task {task.task_id} is a {task.kind!r} task; read_task reads files tasks")
@@ -90,6 +92,7 @@ def read_task(
             fs=fs,
             local=filesystem is None,
             decode_threads=decode_threads,
+            fields=fields,
         ),
         batch_rows,
     )
@@ -135,6 +138,7 @@ def _task_pieces(
     fs: pafs.FileSystem,
     local: bool,
     decode_threads: bool,
+    fields: Mapping[str, ColumnRef] | None = None,
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
     pos = 0  # task row number of the current slice's first row
     for piece in task.slices:
@@ -157,6 +161,7 @@ def _task_pieces(
                 batch_rows=batch_rows,
                 threads=decode_threads,
                 source=task.source,
+                fields=fields,
             )
         else:
             rows = yield from _text_slice(
@@ -241,6 +246,53 @@ def _row_group_rows(pf: pq.ParquetFile, piece: FileSlice, path: str) -> list[int
     return [meta.row_group(i).num_rows for i in range(first, last)]
 
 
+def by_field_id(
+    schema: pa.Schema, columns: list[str], fields: Mapping[str, ColumnRef], path: str
+) -> dict[str, str | None]:
+    """Each wanted column's name in this file, found by its Iceberg field id (``PARQUET:field_id``):
+    a column renamed since the file was written is read under its old name; one added since is
+    None (read as nulls) unless the table requires it, which is an error naming it."""
+    in_file: dict[int, str] = {}
+    for f in schema:
+        raw = (f.metadata or {}).get(b"PARQUET:field_id")
+        if raw is not None:
+            in_file[int(raw)] = f.name
+    out: dict[str, str | None] = {}
+    for column in columns:
+        ref = fields.get(column)
+        if ref is None:
+            raise SchemaMismatchError(path, column, "is not a column of the table")
+        name = in_file.get(ref.field_id)
+        if name is None and not in_file and schema.get_field_index(column) >= 0:
+            name = column  # a file written without field ids (an imported one): by name
+        if name is None and ref.required:
+            raise SchemaMismatchError(
+                path, column, f"is required by the table but not in this file (field id {ref.field_id})"
+            )
+        out[column] = name
+    return out
+
+
+def _as_table_columns(
+    batch: pa.RecordBatch,
+    columns: list[str],
+    named: Mapping[str, str | None],
+    fields: Mapping[str, ColumnRef],
+) -> pa.RecordBatch:
+    arrays = []
+    for column in columns:
+        name = named[column]
+        if name is None:
+            arrays.append(pa.nulls(batch.num_rows, fields[column].type))
+            continue
+        array = batch.column(name)
+        wanted = fields[column].type
+        if array.type != wanted:  # a promoted type (int → long, float → double), as Iceberg allows
+            array = array.cast(wanted)
+        arrays.append(array)
+    return pa.RecordBatch.from_arrays(arrays, names=columns)
+
+
 def _require_columns(schema: pa.Schema, columns: list[str], path: str) -> None:
     for column in columns:
         if schema.get_field_index(column) < 0:
@@ -291,10 +343,16 @@ def _parquet_slice(
     batch_rows: int,
     threads: bool,
     source: str,
+    fields: Mapping[str, ColumnRef] | None = None,
 ) -> _Pieces:
     with _open_planned(fs, path, piece, source) as handle:
         pf = _open_parquet(handle, path, remote=not isinstance(fs, pafs.LocalFileSystem))
-        _require_columns(pf.schema_arrow, columns, path)
+        wanted = columns
+        if fields is not None:
+            named = by_field_id(pf.schema_arrow, columns, fields, path)
+            wanted = [c for c in dict.fromkeys(named.values()) if c is not None]
+        else:
+            _require_columns(pf.schema_arrow, columns, path)
         sizes = _row_group_rows(pf, piece, path)
         total = sum(sizes)
         if piece.rows is not None and piece.rows != total:
@@ -316,7 +374,7 @@ def _parquet_slice(
             acc += rows
         skip, need = lo - group_start, end - lo
         batches = pf.iter_batches(
-            batch_size=max(batch_rows, READ_ROWS), row_groups=groups, columns=columns, use_threads=threads
+            batch_size=max(batch_rows, READ_ROWS), row_groups=groups, columns=wanted, use_threads=threads
         )
         while need > 0:
             try:
@@ -333,8 +391,10 @@ def _parquet_slice(
             if batch.num_rows > need:
                 batch = batch.slice(0, need)
             need -= batch.num_rows
+            if fields is not None:
+                batch = _as_table_columns(batch, columns, named, fields)
             # Parquet may return the columns in file order; callers index by position.
-            if batch.schema.names != columns:
+            elif batch.schema.names != columns:
                 batch = batch.select(columns)
             yield path, batch
         return total

@@ -18,14 +18,14 @@ from typing import Any
 import pyarrow as pa
 from kafka import TopicPartition
 
-from airflow_provider_primus.contracts.data import PrimusData
-from airflow_provider_primus.contracts.sources import FileSource, KafkaSource
+from airflow_provider_primus.contracts.data import HistorySource, PrimusData, is_history
+from airflow_provider_primus.contracts.sources import KafkaSource
 from airflow_provider_primus.data.event_time import EventTimeFinding, check_values
 from airflow_provider_primus.data.formats import UndecodableValue, value_decoder
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import plan
 from airflow_provider_primus.data.reader import read_task
-from airflow_provider_primus.data.sources.files import open_source_filesystem
+from airflow_provider_primus.data.sources.history import history_filesystem, read_fields
 from airflow_provider_primus.data.sources.kafka_client import consumer as kafka_consumer
 from airflow_provider_primus.data.transforms import BatchTransformer
 
@@ -38,7 +38,7 @@ def sample_event_times(data: PrimusData, rows: int, *, timeout_s: float = 10.0) 
     """``(source, problem)`` for every source whose sampled event times are implausible or that
     could not be sampled; sources without an event time are skipped."""
     problems: list[tuple[str, str]] = []
-    files = [s for s in data.spec.sources if isinstance(s, FileSource) and s.schema_.event_time]
+    files = [s for s in data.spec.sources if is_history(s) and s.schema_.event_time]
     streams = [s for s in data.spec.sources if isinstance(s, KafkaSource) and s.schema_.event_time]
     if files:
         problems += _files(data, files, rows)
@@ -53,7 +53,7 @@ def sample_event_times(data: PrimusData, rows: int, *, timeout_s: float = 10.0) 
     return problems
 
 
-def _files(data: PrimusData, sources: list[FileSource], rows: int) -> list[tuple[str, str]]:
+def _files(data: PrimusData, sources: list[HistorySource], rows: int) -> list[tuple[str, str]]:
     window = data.spec.window
     if window is None:
         return [(s.name, "not sampled: the document has no spec.window to read") for s in sources]
@@ -88,13 +88,13 @@ def _spread(tasks: list[Task], count: int) -> list[Task]:
     return [tasks[round(i * (len(tasks) - 1) / (count - 1))] for i in range(count)]
 
 
-def _check_tasks(source: FileSource, tasks: list[Task], rows: int) -> EventTimeFinding | None:
+def _check_tasks(source: HistorySource, tasks: list[Task], rows: int) -> EventTimeFinding | None:
     event_time = source.schema_.event_time
     if event_time is None or not tasks or rows <= 0 or source.schema_.python_steps:
         return None  # a python step may compute the event time: only its whole batches tell
     chosen = _spread(tasks, SAMPLE_TASKS)
     per_task = max(1, math.ceil(rows / len(chosen)))
-    fs, _ = open_source_filesystem(source)
+    fs, _ = history_filesystem(source)
     transformer = BatchTransformer(source.schema_)
     values: list[pa.Array] = []
     for task in chosen:
@@ -105,6 +105,7 @@ def _check_tasks(source: FileSource, tasks: list[Task], rows: int) -> EventTimeF
             batch_rows=per_task,
             end_row=per_task,
             filesystem=fs,
+            fields=read_fields(source),
         )
         for batch in batches:
             path = task.slices[0].path if task.slices else task.task_id

@@ -15,10 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_primus.contracts.data import PrimusData, Window, files_subset, window_source
+from airflow_provider_primus.contracts.data import (
+    HistorySource,
+    PrimusData,
+    Window,
+    files_subset,
+    is_history,
+    window_source,
+)
 from airflow_provider_primus.contracts.errors import SpecError
 from airflow_provider_primus.contracts.job import PrimusJob
-from airflow_provider_primus.contracts.sources import FileSource
 from airflow_provider_primus.contracts.status import EventType
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.planner import plan
@@ -48,8 +54,8 @@ class JobData:
         self.server: DispatcherServer | None = None
 
     @property
-    def files_sources(self) -> list[FileSource]:
-        return [s for s in self.data.spec.sources if isinstance(s, FileSource)]
+    def files_sources(self) -> list[HistorySource]:
+        return [s for s in self.data.spec.sources if is_history(s)]
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -84,7 +90,7 @@ class JobData:
     def planning_failure(self, exc: BaseException) -> str:
         """The job's failure message for a plan that could not be made, naming what was planned."""
         files = self.files_sources
-        where = ", ".join(f"source {s.name!r} ({s.uri})" for s in files) if files else "the job's data"
+        where = ", ".join(f"source {s.name!r} ({s.where()})" for s in files) if files else "the job's data"
         return f"planning {where} failed: {type(exc).__name__}: {exc}"
 
     def start(self, token: str, port: int, ca: JobCa | None = None) -> DispatcherServer:

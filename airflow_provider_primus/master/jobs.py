@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_primus.contracts.data import is_history
 from airflow_provider_primus.contracts.errors import SpecError, SpecIssue
 from airflow_provider_primus.contracts.job import PrimusJob, validate_job_spec
 from airflow_provider_primus.contracts.loader import load_data_spec, load_training_spec, read_document
@@ -103,7 +104,7 @@ def load_job(
         in_image = spec.backend.type == "kubernetes"
         issues.extend(user_model_issues(training, data, executors, in_image=in_image))
         issues.extend(user_transform_issues(data, executors, in_image=in_image))
-    files = [s for s in data.spec.sources if s.type == "files"]
+    files = [s for s in data.spec.sources if is_history(s)]
     if spec.roles.evaluator is not None:
         issues.append(
             SpecIssue(

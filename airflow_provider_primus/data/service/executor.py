@@ -31,13 +31,14 @@ import numpy as np
 import pyarrow as pa
 from pyarrow import flight
 
-from airflow_provider_primus.data.errors import CorruptFileError
+from airflow_provider_primus.contracts.data import is_history
+from airflow_provider_primus.data.errors import CorruptFileError, TableError
 from airflow_provider_primus.data.reader import READ_ROWS, read_task
 from airflow_provider_primus.data.service.auth import advertised, server_args
 from airflow_provider_primus.data.service.dispatcher_server import DispatcherClient
 from airflow_provider_primus.data.service.options import DataExecutorOptions
 from airflow_provider_primus.data.service.wire import dumps, loads
-from airflow_provider_primus.data.sources.files import open_source_filesystem
+from airflow_provider_primus.data.sources.history import history_filesystem, read_fields
 from airflow_provider_primus.data.transforms import BatchTransformer, SchemaMismatchError, Transformed
 from airflow_provider_primus.data.user_transforms import TransformOutputError, UserTransformError
 from airflow_provider_primus.process import StopRequested
@@ -113,7 +114,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         self.transformers = {
             s.name: BatchTransformer(s.schema_, passthrough=passthrough)
             for s in spec.spec.sources
-            if s.type == "files"
+            if is_history(s)
         }
         self.transform_threads = max(1, transform_threads)
         # Rows are decoded and transformed in chunks of up to a whole Parquet decode (READ_ROWS), then cut
@@ -213,7 +214,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
         self.sources[task.task_id] = task.source
         source = self.spec.spec.source(task.source)
         transformer = self.transformers[source.name]
-        fs, _ = open_source_filesystem(source)
+        fs, _ = history_filesystem(source)
         # What errors of the transforms name: the file, when the task reads one.
         where = task.slices[0].path if len(task.slices) == 1 else f"<task {task.task_id}>"
         pos = start
@@ -227,6 +228,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                 start_row=start,
                 end_row=end,
                 filesystem=fs,
+                fields=read_fields(source),
                 decode_threads=False,
             )
             while True:
@@ -248,7 +250,7 @@ class DataExecutor(flight.FlightServerBase):  # type: ignore[misc]
                     pos += batch.num_rows
                 if not natural_end:
                     break
-        except (CorruptFileError, SchemaMismatchError, OSError, pa.ArrowException) as exc:
+        except (CorruptFileError, SchemaMismatchError, TableError, OSError, pa.ArrowException) as exc:
             self._fail(item_id, exc)
             return
         total = pos if (end is None and natural_end) else None

@@ -13,8 +13,7 @@ from typing import Any
 
 import torch
 
-from airflow_provider_primus.contracts.data import PrimusData, Window
-from airflow_provider_primus.contracts.sources import FileSource
+from airflow_provider_primus.contracts.data import PrimusData, Window, is_history
 from airflow_provider_primus.credentials import new_token
 from airflow_provider_primus.data.planner import plan
 from airflow_provider_primus.data.tensors import TensorBatch
@@ -50,7 +49,7 @@ def evaluate_holdout(
     token = new_token()
     model.eval()
     for source in data.spec.sources:
-        if not isinstance(source, FileSource):
+        if not is_history(source):
             continue
         tasks = [t for t in graph.tasks if t.source == source.name]
         if not tasks:

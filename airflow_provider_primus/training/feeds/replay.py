@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from airflow_provider_primus.contracts.sources import FileSource
+from airflow_provider_primus.contracts.data import HistorySource
 from airflow_provider_primus.data.model import Task
 from airflow_provider_primus.data.reader import READ_ROWS, read_task
-from airflow_provider_primus.data.sources.files import open_source_filesystem
+from airflow_provider_primus.data.sources.history import history_filesystem, read_fields
 from airflow_provider_primus.data.tensors import TensorBatch, concat_batches, to_tensors
 from airflow_provider_primus.data.transforms import BatchTransformer
 
@@ -49,7 +49,7 @@ class ReplayFeed:
 
     def __init__(
         self,
-        source: FileSource,
+        source: HistorySource,
         tasks: Sequence[Task],
         *,
         position: Callable[[], str | None],
@@ -115,7 +115,7 @@ class ReplayFeed:
 
     def _load(self, task: Task) -> None:
         sparse, dense, passthrough = self.columns
-        fs, _ = open_source_filesystem(self.source)
+        fs, _ = history_filesystem(self.source)
         parts = []
         for batch in read_task(
             task,
@@ -123,6 +123,7 @@ class ReplayFeed:
             columns=self._transformer.input_columns(),
             batch_rows=READ_ROWS,
             filesystem=fs,
+            fields=read_fields(self.source),
         ):
             out = self._transformer.transform(batch, task.slices[0].path if task.slices else task.task_id)
             parts.append(to_tensors(out.batch, sparse=sparse, dense=dense, extra=passthrough))

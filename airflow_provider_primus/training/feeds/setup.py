@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from airflow_provider_primus.contracts.data import PrimusData
-from airflow_provider_primus.contracts.sources import FileSource, KafkaSource
+from airflow_provider_primus.contracts.data import PrimusData, is_history
+from airflow_provider_primus.contracts.sources import KafkaSource
 from airflow_provider_primus.contracts.training import TrainingSpec, replay_source
 from airflow_provider_primus.credentials import new_token
 from airflow_provider_primus.data.model import Task
@@ -96,7 +96,7 @@ def open_feeds(
     data executors; ``cut``: per files source, every trainer's progress together (a job's shared data service
     resumes there: its group's leader rewinds it, to every source's cut at once)."""
     sparse, dense = columns
-    files = [s for s in data.spec.sources if isinstance(s, FileSource) and s.name in names]
+    files = [s for s in data.spec.sources if is_history(s) and s.name in names]
     shuffle = (spec.mixing.shuffle.buffer_rows, spec.seed + 7919 * group.rank)
     # A job's trainers share its data service: the leader rewinds it to the checkpoint's cut, and
     # with several each claims the rows it receives, so a row reaches one of them only.
@@ -221,7 +221,7 @@ def open_replay(
         log.warning("mixing.replay needs spec.window in the data document to sample from; not replaying")
         return
     found = next(s for s in data.spec.sources if s.name == source)
-    assert isinstance(found, FileSource)
+    assert is_history(found)
     tasks = [t for t in plan(data, window.start, window.end).tasks if t.source == source]
     primaries = [f for f in into.values() if not is_replay(f.name)]
     feed = ReplayFeed(

@@ -1,0 +1,138 @@
+"""Lakehouse tables as history sources: an Apache Iceberg table named in a catalog.
+
+Separate from ``sources.py`` because a table is found through metadata (a catalog, snapshots,
+manifests), not through a path template: the planner reads which data files hold a time range from
+the table's manifests instead of listing folders. What the data files hold is still Parquet, read
+by the same readers as a files source.
+
+Pure data: a catalog's credentials are only *named* (an Airflow connection, or the catalog's own
+properties that point at environment variables), as ``storage.py`` does for object stores.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, Strict, field_validator, model_validator
+
+from airflow_provider_primus.contracts.base import NonEmptyStr, SourceName, StrictModel
+from airflow_provider_primus.contracts.errors import raise_issues
+from airflow_provider_primus.contracts.schema import SourceSchema
+from airflow_provider_primus.contracts.sources import MissingPolicy, climbs_out
+from airflow_provider_primus.contracts.storage import ObjectStorage
+
+# A namespace and a table name, dot-separated (namespaces may nest: ``lake.ads.clicks``).
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+# Property names a catalog document may not carry in clear: their values are secrets.
+SECRET_PROPERTIES = ("credential", "token", "password", "secret", "s3.secret-access-key", "s3.session-token")
+
+
+class IcebergCatalog(StrictModel):
+    """Where the table's metadata lives, as pyiceberg's catalog properties name it.
+
+    ``sql``: a SQL catalog (SQLite for the embedded default and the tests, or any SQLAlchemy URL);
+    ``rest``, ``hive`` and ``glue``: the catalogs a lakehouse runs. ``properties`` are passed to the
+    catalog as they are (``s3.endpoint``, ``client.region``, ...); a secret goes in ``connection``
+    (an Airflow connection whose extra holds the properties, resolved by the operators), never here.
+    """
+
+    type: Literal["sql", "rest", "hive", "glue"]
+    name: NonEmptyStr = "default"
+    uri: NonEmptyStr | None = None
+    warehouse: NonEmptyStr | None = None
+    properties: dict[NonEmptyStr, str] = Field(default_factory=dict)
+    connection: NonEmptyStr | None = None
+
+    @field_validator("properties")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        # Documents are copied into graphs, job records and the UI: a secret here would leak there.
+        leaked = sorted(k for k in value if any(s in k.lower() for s in SECRET_PROPERTIES))
+        if leaked:
+            raise ValueError(
+                f"must not hold secrets ({', '.join(leaked)}): put them in the extra of an Airflow "
+                "connection named by 'connection', or in the executors' environment"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _uri_where_needed(self) -> IcebergCatalog:
+        if self.type in ("sql", "rest", "hive") and self.uri is None and self.connection is None:
+            raise_issues(
+                [(("uri",), f"required for a {self.type} catalog (or a 'connection' that gives it)")]
+            )
+        if self.type == "sql" and self.warehouse is None:
+            raise_issues(
+                [(("warehouse",), "required for a sql catalog: where its tables' files are written")]
+            )
+        return self
+
+
+class RewritePolicy(StrictModel):
+    """What a re-plan does when the table rewrote files an earlier plan of the same window held
+    (compaction, overwrite, delete): the rows may already have been trained from the old files."""
+
+    policy: Literal["fail", "replan"] = "fail"
+
+
+class IcebergSource(StrictModel):
+    """An Iceberg table read as history; ``granularity`` is the planner's window, each data file
+    belonging to the window of its partition (an hour or day transform of the event-time column) or,
+    for a table not partitioned by time, of its event-time column's lower bound."""
+
+    name: SourceName
+    type: Literal["iceberg"]
+    catalog: IcebergCatalog
+    table: str
+    # Time travel: a snapshot id, or a branch or tag name; neither means the table's current state.
+    snapshot_id: Annotated[int, Strict(), Field(gt=0)] | None = None
+    ref: NonEmptyStr | None = None
+    granularity: Literal["day", "hour"] = "hour"
+    # A window with no data file: a gap (skip, the default for a table, which has no empty folders
+    # to mark a known-empty hour), or a broken pipeline (fail), or not yet (wait).
+    missing: MissingPolicy = Field(default_factory=lambda: MissingPolicy(policy="skip"))
+    on_rewrite: RewritePolicy = Field(default_factory=RewritePolicy)
+    # How to reach data files on an S3-compatible store (endpoint, credentials' names).
+    storage: ObjectStorage | None = None
+    schema_: SourceSchema = Field(alias="schema")
+
+    @field_validator("table")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not _IDENTIFIER.fullmatch(value):
+            raise ValueError(f"must be 'namespace.table' (letters, digits, '_'; got {value!r})")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way_to_travel(self) -> IcebergSource:
+        if self.snapshot_id is not None and self.ref is not None:
+            raise_issues(
+                [(("ref",), "not allowed with 'snapshot_id': name one point of the table's history")]
+            )
+        if self.schema_.event_time is None:
+            raise_issues(
+                [(("schema", "event_time"), "required for a table: its column decides each file's window")]
+            )
+        if self.catalog.warehouse is not None and climbs_out(self.catalog.warehouse.split("://", 1)[-1]):
+            raise_issues([(("catalog", "warehouse"), "must not contain a '..' segment")])
+        return self
+
+    @property
+    def format(self) -> str:
+        """What the data files are: the readers of a files source take it from here."""
+        return "parquet"
+
+    @property
+    def success_marker(self) -> None:
+        return None
+
+    def columns(self) -> list[str]:
+        return self.schema_.columns()
+
+    def where(self) -> str:
+        """Where the rows are, for messages."""
+        return f"table {self.table} of the {self.catalog.type} catalog"
+
+
+__all__ = ["IcebergCatalog", "IcebergSource", "RewritePolicy"]

@@ -25,10 +25,11 @@ from airflow_provider_primus.contracts.sources import (
     MissingPolicy,
     StartPolicy,
 )
-from airflow_provider_primus.contracts.tables import IcebergCatalog, IcebergSource
+from airflow_provider_primus.contracts.tables import DeltaSource, IcebergCatalog, IcebergSource
 
 __all__ = [
     "API_VERSION",
+    "DeltaSource",
     "EventTimePolicy",
     "FileSource",
     "IcebergCatalog",

@@ -32,16 +32,16 @@ from airflow_provider_primus.contracts.errors import (
     suggest,
 )
 from airflow_provider_primus.contracts.sources import FileSource, KafkaSource
-from airflow_provider_primus.contracts.tables import IcebergSource
+from airflow_provider_primus.contracts.tables import DeltaSource, IcebergSource
 from airflow_provider_primus.contracts.versions import to_hub
 
 API_VERSION = "primus.dev/v1alpha1"
 
-Source = Annotated[FileSource | IcebergSource | KafkaSource, Field(discriminator="type")]
+Source = Annotated[FileSource | IcebergSource | DeltaSource | KafkaSource, Field(discriminator="type")]
 # Bounded sources the planner turns into windows of tasks (the data service serves them); Kafka
 # sources are the trainers' own streams.
-HistorySource = FileSource | IcebergSource
-HISTORY_TYPES = (FileSource, IcebergSource)
+HistorySource = FileSource | IcebergSource | DeltaSource
+HISTORY_TYPES = (FileSource, IcebergSource, DeltaSource)
 
 
 def is_history(source: object) -> TypeGuard[HistorySource]:
@@ -144,7 +144,7 @@ class Spec(StrictModel):
             raise_issues(issues)
         return self
 
-    def source(self, name: str) -> FileSource | IcebergSource | KafkaSource:
+    def source(self, name: str) -> FileSource | IcebergSource | DeltaSource | KafkaSource:
         for candidate in self.sources:
             if candidate.name == name:
                 return candidate

@@ -1,4 +1,4 @@
-"""Lakehouse tables as history sources: an Apache Iceberg table named in a catalog.
+"""Lakehouse tables as history sources: an Apache Iceberg table named in a catalog, a Delta Lake table.
 
 Separate from ``sources.py`` because a table is found through metadata (a catalog, snapshots,
 manifests), not through a path template: the planner reads which data files hold a time range from
@@ -20,7 +20,7 @@ from airflow_provider_primus.contracts.base import NonEmptyStr, SourceName, Stri
 from airflow_provider_primus.contracts.errors import raise_issues
 from airflow_provider_primus.contracts.schema import SourceSchema
 from airflow_provider_primus.contracts.sources import MissingPolicy, climbs_out
-from airflow_provider_primus.contracts.storage import ObjectStorage
+from airflow_provider_primus.contracts.storage import ObjectStorage, storage_issues
 
 # A namespace and a table name, dot-separated (namespaces may nest: ``lake.ads.clicks``).
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
@@ -135,4 +135,51 @@ class IcebergSource(StrictModel):
         return f"table {self.table} of the {self.catalog.type} catalog"
 
 
-__all__ = ["IcebergCatalog", "IcebergSource", "RewritePolicy"]
+class DeltaSource(StrictModel):
+    """A Delta Lake table read as history: its versions are its snapshots. Each data file belongs to
+    the window of its event-time column's minimum (the file statistics every Delta writer records)."""
+
+    name: SourceName
+    type: Literal["delta"]
+    uri: NonEmptyStr  # the table's root: a local path, file:// or s3://
+    version: Annotated[int, Strict(), Field(ge=0)] | None = None  # time travel; None: the latest
+    granularity: Literal["day", "hour"] = "hour"
+    missing: MissingPolicy = Field(default_factory=lambda: MissingPolicy(policy="skip"))
+    on_rewrite: RewritePolicy = Field(default_factory=RewritePolicy)
+    storage: ObjectStorage | None = None
+    schema_: SourceSchema = Field(alias="schema")
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_without_climbing(cls, value: str) -> str:
+        if climbs_out(value.split("://", 1)[-1]):
+            raise ValueError(f"must not contain a '..' segment (or its percent-encoding): {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _needs_event_time(self) -> DeltaSource:
+        if self.schema_.event_time is None:
+            raise_issues(
+                [(("schema", "event_time"), "required for a table: its column decides each file's window")]
+            )
+        problems = storage_issues(self.uri, self.storage)
+        if problems:
+            raise_issues([(("storage" if self.storage is not None else "uri",), p) for p in problems])
+        return self
+
+    @property
+    def format(self) -> str:
+        return "parquet"
+
+    @property
+    def success_marker(self) -> None:
+        return None
+
+    def columns(self) -> list[str]:
+        return self.schema_.columns()
+
+    def where(self) -> str:
+        return f"Delta table {self.uri}"
+
+
+__all__ = ["DeltaSource", "IcebergCatalog", "IcebergSource", "RewritePolicy"]

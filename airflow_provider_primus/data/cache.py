@@ -45,6 +45,9 @@ TABLE_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS manifests (path TEXT PRIMARY KEY, files TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS table_windows (fingerprint TEXT NOT NULL, time TEXT NOT NULL,"
     " snapshot TEXT NOT NULL, files TEXT NOT NULL, PRIMARY KEY (fingerprint, time))",
+    # A Delta table's last planned version and its live files: a re-plan reads the commits after it.
+    "CREATE TABLE IF NOT EXISTS table_states (fingerprint TEXT PRIMARY KEY, version INTEGER NOT NULL,"
+    " files TEXT NOT NULL)",
 )
 # Added after the first release: caches written before it gain the columns (empty) on open.
 TASK_COLUMNS = ("sizing", "tasks")
@@ -147,6 +150,23 @@ class PlanCache:
                 rows,
             )
             self._db.execute("COMMIT")
+
+    def get_table_state(self, fp: str) -> tuple[int, list[TableFile]] | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT version, files FROM table_states WHERE fingerprint = ?", (fp,)
+            ).fetchone()
+        if row is None:
+            return None
+        return int(row[0]), [TableFile.decode(f) for f in json.loads(row[1])]
+
+    def put_table_state(self, fp: str, version: int, files: list[TableFile]) -> None:
+        encoded = json.dumps([f.encode() for f in files])
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO table_states (fingerprint, version, files) VALUES (?, ?, ?)",
+                (fp, version, encoded),
+            )
 
     def close(self) -> None:
         with self._lock:

@@ -48,8 +48,9 @@ from airflow_provider_primus.data.sources.files import (
     open_source_filesystem,
     partition_times,
 )
-from airflow_provider_primus.data.sources.iceberg import TablePlan, plan_table_with_policy
+from airflow_provider_primus.data.sources.iceberg import TablePlan
 from airflow_provider_primus.data.sources.kafka import resolve_offsets
+from airflow_provider_primus.data.sources.tables import plan_table_source, table_fingerprint
 
 
 @dataclass(frozen=True)
@@ -108,11 +109,6 @@ def _source_fingerprint(source: Any) -> str:
     if storage is not None and storage.endpoint:  # another endpoint holds other objects
         parts.append(storage.endpoint)
     return fingerprint(*parts)
-
-
-def _table_fingerprint(source: Any) -> str:
-    where = source.catalog.uri or source.catalog.warehouse or source.catalog.connection or ""
-    return fingerprint("iceberg", source.catalog.type, where, source.table, str(source.granularity))
 
 
 def _unchanged(cached: tuple[FileInfo, ...], listing: list[pafs.FileInfo]) -> dict[str, FileInfo]:
@@ -209,7 +205,7 @@ def plan(
         snapshot's, and the manifests (cached by path) make a re-plan cheap already."""
         stats = graph.stats[source.name]
         stats.round_trips += found.round_trips
-        fp = _table_fingerprint(source)
+        fp = table_fingerprint(source)
         order = {str(snap): i for i, (snap, _) in enumerate(found.operations)}
         before = opts.cache.get_table_windows(fp) if opts.cache is not None else {}
         rewritten: list[str] = []
@@ -227,7 +223,7 @@ def plan(
                         f"{t.isoformat()} ({len(gone)} of its {len(earlier[1])} files planned from snapshot "
                         f"{earlier[0]} are gone in snapshot {found.snapshot_id})"
                     )
-            where = f"{source.table}@{t.isoformat()}"
+            where = f"{source.where()}@{t.isoformat()}"
             if not files:
                 reason = (
                     "the table has no snapshot"
@@ -250,7 +246,7 @@ def plan(
             ops = found.operations[order.get(str(since), -1) + 1 :]
             history = ", ".join(op for _, op in ops) or "unknown: the snapshot planned from has expired"
             message = (
-                f"source {source.name!r}: table {source.table!r} rewrote files of windows planned before "
+                f"source {source.name!r}: {source.where()} rewrote files of windows planned before "
                 f"(operations since snapshot {since}: {history}): " + "; ".join(rewritten)
             )
             if source.on_rewrite.policy == "fail":
@@ -282,14 +278,14 @@ def plan(
                 )
                 total += 1
                 continue
-            if source.type == "iceberg":
+            if source.type in ("iceberg", "delta"):
                 lane.submit(
                     ("table", source),
-                    plan_table_with_policy,
+                    plan_table_source,
                     source,
                     start,
                     end or start,
-                    manifests=opts.cache,
+                    cache=opts.cache,
                     workers=workers,
                     cancel=opts.cancel,
                 )

@@ -1,5 +1,5 @@
-"""A local job whose history is an Iceberg table: its data executors (real processes) read the
-table's data files by field id, beside a Kafka stream the trainer reads; a snapshot committed while
+"""A local job whose history is an Iceberg or a Delta table: its data executors (real processes) read
+the table's data files, beside a Kafka stream the trainer reads; a snapshot committed while
 the job runs is trained when the next window is appended (as the daily DAG appends it), every row
 once."""
 
@@ -22,51 +22,70 @@ from tests.master.test_sources import trained_by_source
 from tests.training.conftest import SCHEMA, T0, events, to_json
 
 pytestmark = pytest.mark.timeout(300)
-pytest.importorskip("pyiceberg")
 
 PER_HOUR = 2000
 STREAM = (500_000, 800)  # first id, records
 
 
-def lake(root: Path) -> Any:
-    from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.transforms import HourTransform
+class Lake:
+    """The history table a job reads, and its appends (each a new snapshot or version)."""
 
-    (root / "lake" / "warehouse").mkdir(parents=True)
-    catalog = SqlCatalog(
-        "default", uri=f"sqlite:///{root}/lake/catalog.db", warehouse=f"file://{root}/lake/warehouse"
-    )
-    catalog.create_namespace("ads")
-    table = catalog.create_table("ads.clicks", schema=events(0, 1, T0, seed=0).schema)
-    with table.update_spec() as spec:
-        spec.add_field("ts", HourTransform(), "ts_hour")
-    return catalog.load_table("ads.clicks")
+    def __init__(self, root: Path, kind: str) -> None:
+        self.root, self.kind = root / "lake", kind
+        (self.root / "warehouse").mkdir(parents=True)
+        if kind == "iceberg":
+            from pyiceberg.catalog.sql import SqlCatalog
+            from pyiceberg.transforms import HourTransform
+
+            catalog = SqlCatalog("default", uri=self.catalog_uri, warehouse=f"file://{self.root}/warehouse")
+            catalog.create_namespace("ads")
+            table = catalog.create_table("ads.clicks", schema=events(0, 1, T0, seed=0).schema)
+            with table.update_spec() as spec:
+                spec.add_field("ts", HourTransform(), "ts_hour")
+            self.table = catalog.load_table("ads.clicks")
+
+    @property
+    def catalog_uri(self) -> str:
+        return f"sqlite:///{self.root}/catalog.db"
+
+    def append(self, hour: int) -> None:
+        rows = events(hour * PER_HOUR, PER_HOUR, T0 + timedelta(hours=hour), seed=hour)
+        if self.kind == "iceberg":
+            self.table.append(rows)
+            return
+        from deltalake import write_deltalake
+
+        write_deltalake(str(self.root / "clicks"), rows, mode="append")
+
+    def source(self) -> dict[str, Any]:
+        if self.kind == "iceberg":
+            where: dict[str, Any] = {
+                "catalog": {
+                    "type": "sql",
+                    "uri": self.catalog_uri,
+                    "warehouse": f"file://{self.root}/warehouse",
+                },
+                "table": "ads.clicks",
+            }
+        else:
+            where = {"uri": f"file://{self.root}/clicks"}
+        return {"name": "history", "type": self.kind, **where, "granularity": "hour", "schema": SCHEMA}
 
 
-def test_a_job_trains_an_iceberg_history_and_a_stream_and_a_later_snapshot_once(
-    job_world: JobWorld, kafka_broker: Any, new_topic: Any
+@pytest.mark.parametrize("kind", ["iceberg", "delta"])
+def test_a_job_trains_a_table_history_and_a_stream_and_a_later_snapshot_once(
+    job_world: JobWorld, kafka_broker: Any, new_topic: Any, kind: str
 ) -> None:
-    root = job_world.root
-    table = lake(root)
+    pytest.importorskip("pyiceberg" if kind == "iceberg" else "deltalake")
+    table = Lake(job_world.root, kind)
     for h in range(2):
-        table.append(events(h * PER_HOUR, PER_HOUR, T0 + timedelta(hours=h), seed=h))
+        table.append(h)
     topic = new_topic("clicks")
     produce(kafka_broker.bootstrap_servers, topic, to_json(events(STREAM[0], STREAM[1], T0, seed=7)))
     data: dict[str, Any] = yaml.safe_load(job_world.data_path.read_text())
     data["spec"]["window"]["end"] = (T0 + timedelta(hours=2)).isoformat()
     data["spec"]["sources"] = [
-        {
-            "name": "history",
-            "type": "iceberg",
-            "catalog": {
-                "type": "sql",
-                "uri": f"sqlite:///{root}/lake/catalog.db",
-                "warehouse": f"file://{root}/lake/warehouse",
-            },
-            "table": "ads.clicks",
-            "granularity": "hour",
-            "schema": SCHEMA,
-        },
+        table.source(),
         {
             "name": "events",
             "type": "kafka",
@@ -92,7 +111,7 @@ def test_a_job_trains_an_iceberg_history_and_a_stream_and_a_later_snapshot_once(
     with running(job_world) as master:
         until(job_world, lambda r: r.status.get("progress", {}).get("acked_rows") == 2 * PER_HOUR)
         # The next hour lands in the table as a new snapshot; the daily run appends its window.
-        table.append(events(2 * PER_HOUR, PER_HOUR, T0 + timedelta(hours=2), seed=2))
+        table.append(2)
         client = ControlClient(master.api.url, read_token("job"))
         start, end = T0 + timedelta(hours=2), T0 + timedelta(hours=3)
         client.append_window(start.isoformat(), end.isoformat(), "history")

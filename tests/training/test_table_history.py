@@ -1,6 +1,6 @@
-"""Mixed training whose history is an Iceberg table, beside a Kafka stream on the real broker, in a
+"""Mixed training whose history is an Iceberg or a Delta table, beside a Kafka stream on the real broker, in a
 trainer as ``primus train`` runs it: every history row of the window and every streamed record is
-trained exactly once, the table's rows read by field id from its data files."""
+trained exactly once."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import yaml
 
@@ -16,8 +17,6 @@ from airflow_provider_primus.contracts import load_data_spec
 from airflow_provider_primus.contracts.loader import load_training_spec
 from airflow_provider_primus.training.runtime import Trainer, TrainOptions
 from tests.training.conftest import SCHEMA, T0, World, events, rows_by_source
-
-pytest.importorskip("pyiceberg")
 
 HOURS, PER_HOUR = 3, 2000
 
@@ -52,11 +51,36 @@ def iceberg_history(world: World) -> dict[str, Any]:
     }
 
 
-def test_mixed_training_from_an_iceberg_history_and_a_stream_trains_each_row_once(
-    world: World, tmp_path: Path
+def delta_history(world: World) -> dict[str, Any]:
+    """The world's history as a Delta table partitioned by a date-hour column, one commit per hour."""
+    from deltalake import write_deltalake
+
+    for h in range(HOURS + 1):
+        t = T0 + timedelta(hours=h)
+        table = events(h * PER_HOUR, PER_HOUR, t, seed=h)
+        hour = pa.array([t.strftime("%Y-%m-%d-%H")] * PER_HOUR)
+        write_deltalake(
+            str(world.root / "clicks"),
+            table.append_column("hour", hour),
+            mode="append",
+            partition_by=["hour"],
+        )
+    return {
+        "name": "history",
+        "type": "delta",
+        "uri": str(world.root / "clicks"),
+        "granularity": "hour",
+        "schema": SCHEMA,
+    }
+
+
+@pytest.mark.parametrize("kind", ["iceberg", "delta"])
+def test_mixed_training_from_a_table_history_and_a_stream_trains_each_row_once(
+    world: World, tmp_path: Path, kind: str
 ) -> None:
+    pytest.importorskip("pyiceberg" if kind == "iceberg" else "deltalake")
     doc = yaml.safe_load(world.spec_path.read_text())
-    doc["spec"]["sources"][0] = iceberg_history(world)
+    doc["spec"]["sources"][0] = iceberg_history(world) if kind == "iceberg" else delta_history(world)
     doc["spec"]["window"] = {"start": T0.isoformat(), "end": (T0 + timedelta(hours=HOURS)).isoformat()}
     world.spec_path.write_text(yaml.safe_dump(doc))
     world.next_id = 1_000_000

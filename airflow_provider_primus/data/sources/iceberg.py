@@ -15,17 +15,16 @@ table source never load it.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow.fs as pafs
 
 from airflow_provider_primus.contracts.tables import IcebergSource
-from airflow_provider_primus.data.errors import PlanCancelled, TableError
+from airflow_provider_primus.data.errors import TableError
 from airflow_provider_primus.data.model import ColumnRef, FileInfo, TableFile
 from airflow_provider_primus.data.objectstore import ResolvedAccess
 from airflow_provider_primus.data.sources.files import open_filesystem
@@ -46,9 +45,15 @@ class TablePlan:
     manifests_cached: int = 0
 
 
-class ManifestStore:
+class ManifestStore(Protocol):
     """Decoded manifests by path (what a plan cache keeps between plans)."""
 
+    def get_manifests(self, paths: Iterable[str]) -> dict[str, list[TableFile]]: ...
+
+    def put_manifests(self, manifests: Mapping[str, list[TableFile]]) -> None: ...
+
+
+class _NoManifests:
     def get_manifests(self, paths: Iterable[str]) -> dict[str, list[TableFile]]:
         return {}
 
@@ -279,7 +284,7 @@ def plan_table(
 ) -> TablePlan:
     """The live data files of the source's snapshot whose windows fall in [start, end), by window."""
     table = table if table is not None else load_table(source)
-    store = manifests or ManifestStore()
+    store: ManifestStore = manifests if manifests is not None else _NoManifests()
     io = _CountingIO(table.io)
     snapshot = _snapshot(source, table)
     operations = [
@@ -340,38 +345,6 @@ __all__ = [
     "data_path",
     "load_table",
     "plan_table",
-    "plan_table_with_policy",
     "table_columns",
     "window_of",
 ]
-
-
-def plan_table_with_policy(
-    source: IcebergSource,
-    start: datetime,
-    end: datetime,
-    *,
-    manifests: ManifestStore | None = None,
-    workers: int = 8,
-    cancel: threading.Event | None = None,
-) -> TablePlan:
-    """:func:`plan_table`, with the source's ``missing`` policy ``wait``: the table is loaded again
-    (a new snapshot may have landed) until every window has a file, or the timeout. ``fail`` and
-    ``skip`` are the planner's to apply to the windows left empty."""
-    from airflow_provider_primus.data.sources.files import partition_times
-
-    cancel = cancel or threading.Event()
-    policy, timeout_s = source.missing.policy, source.missing.timeout_s
-    deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
-    poll = min(30.0, max(0.5, timeout_s / 20)) if timeout_s is not None else 10.0
-    trips = 0
-    while True:
-        result = plan_table(source, start, end, manifests=manifests, workers=workers, cancelled=cancel.is_set)
-        trips += result.round_trips
-        result.round_trips = trips
-        empty = [t for t in partition_times(start, end, source.granularity) if t not in result.windows]
-        remaining = deadline - time.monotonic()
-        if policy != "wait" or not empty or remaining <= 0:
-            return result
-        if cancel.wait(min(poll, remaining)):
-            raise PlanCancelled(f"planning cancelled while waiting for table {source.table!r}")

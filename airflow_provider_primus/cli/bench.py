@@ -105,6 +105,21 @@ def register(sub: Any) -> None:
     )
     mo.set_defaults(handler=run_model)
 
+    j = bsub.add_parser(
+        "join",
+        help="a data executor's transform with and without an as-of feature join: rows/s, cost ratio",
+        description="The same generated click batches transformed twice, by a schema that reads "
+        "user_ctr from the data and by one that joins it as of each row's event time from a Parquet "
+        "feature table; passes alternate, medians reported, the table's load and index build timed apart.",
+    )
+    j.add_argument("--rows", type=count_of("rows"), default=1_000_000)
+    j.add_argument("--feature-rows", type=count_of("rows"), default=1_000_000, help="feature table updates")
+    j.add_argument(
+        "--keys", type=count_of("keys"), default=100_000, help="distinct users in the feature table"
+    )
+    j.add_argument("--repeats", type=count_of("repeats"), default=5, help="interleaved rounds" + median)
+    j.set_defaults(handler=run_join)
+
     ts = bsub.add_parser(
         "train-scale",
         help="one trainer vs two data-parallel trainers on the same rows: rows/s, communication share",
@@ -254,6 +269,17 @@ def _register_sharding(bsub: Any) -> argparse.ArgumentParser:
     s.add_argument("--trainers", type=count_of("trainers"), default=2)
     s.set_defaults(handler=run_sharding)
     return s
+
+
+def run_join(args: argparse.Namespace) -> int:
+    from airflow_provider_primus.bench.asof_join import join_speeds
+
+    print(
+        json.dumps(
+            join_speeds(rows=args.rows, feature_rows=args.feature_rows, keys=args.keys, repeats=args.repeats)
+        )
+    )
+    return 0
 
 
 def run_sharding(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from pydantic import (
 
 from airflow_provider_primus.contracts.base import ColumnName, StrictModel
 from airflow_provider_primus.contracts.errors import Loc, raise_issues, suggest
+from airflow_provider_primus.contracts.joins import JOIN_STEP, AsOfJoin, is_join_step, join_step_issues
 from airflow_provider_primus.contracts.user_transform import PYTHON_STEP, PythonTransform, python_step_issues
 
 _RULE = re.compile(
@@ -230,14 +231,19 @@ class MultiHot(StrictModel):
 
 
 def _step_kind(value: Any) -> str:
-    """A python step says ``type: python`` (or names a ``function``); every other step is a column's."""
+    """A python step says ``type: python`` (or names a ``function``), a join ``type: as_of_join``;
+    every other step is a column's."""
+    if is_join_step(value):
+        return JOIN_STEP
     if isinstance(value, Mapping):
         return PYTHON_STEP if "type" in value or "function" in value else Transform.union_tag
     return PYTHON_STEP if isinstance(value, PythonTransform) else Transform.union_tag
 
 
 Step = Annotated[
-    Annotated[Transform, Tag(Transform.union_tag)] | Annotated[PythonTransform, Tag(PYTHON_STEP)],
+    Annotated[Transform, Tag(Transform.union_tag)]
+    | Annotated[PythonTransform, Tag(PYTHON_STEP)]
+    | Annotated[AsOfJoin, Tag(JOIN_STEP)],
     Discriminator(_step_kind),
 ]
 
@@ -283,15 +289,25 @@ class SourceSchema(StrictModel):
         """The user's functions (``type: python``), in list order."""
         return [t for t in self.transforms if isinstance(t, PythonTransform)]
 
+    @property
+    def joins(self) -> list[AsOfJoin]:
+        """The as-of joins with feature tables, in list order."""
+        return [t for t in self.transforms if isinstance(t, AsOfJoin)]
+
+    @property
+    def batch_steps(self) -> list[PythonTransform | AsOfJoin]:
+        """The whole-batch steps (python functions, joins), in list order: they run first."""
+        return [t for t in self.transforms if isinstance(t, PythonTransform | AsOfJoin)]
+
     def produced(self) -> set[str]:
-        """Declared columns a python step creates (its ``outputs``): not read from the data."""
-        return {c for step in self.python_steps for c in step.outputs}
+        """Declared columns a python step or a join creates (its ``outputs``): not read from the data."""
+        return {c for step in self.batch_steps for c in step.outputs}
 
     def raw_columns(self) -> list[str]:
-        """The columns a reader must fetch: the declared ones no python step creates, then the
-        python steps' extra ``inputs``, each once. Without python steps, ``columns()``."""
+        """The columns a reader must fetch: the declared ones no batch step creates, then the
+        steps' extra ``inputs`` (a join's key), each once. Without batch steps, ``columns()``."""
         produced = self.produced()
-        extra = [c for step in self.python_steps for c in step.inputs]
+        extra = [c for step in self.batch_steps for c in step.inputs]
         return list(dict.fromkeys([*(c for c in self.columns() if c not in produced), *extra]))
 
     @model_validator(mode="after")
@@ -319,6 +335,8 @@ class SourceSchema(StrictModel):
         for i, transform in enumerate(self.transforms):
             if isinstance(transform, PythonTransform):
                 issues.extend(python_step_issues(transform, i, known))
+            elif isinstance(transform, AsOfJoin):
+                issues.extend(join_step_issues(transform, i, known, self.event_time_column))
             elif transform.column not in known:
                 message = (
                     f"unknown column {transform.column!r}; a transform must name a column declared in "

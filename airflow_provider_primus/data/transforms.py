@@ -53,9 +53,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_primus.contracts.joins import AsOfJoin
 from airflow_provider_primus.contracts.schema import SourceSchema, Transform
+from airflow_provider_primus.data.asof import AsOfJoinStep
 from airflow_provider_primus.data.event_time import UNIT_NAMES, fitting_units
-from airflow_provider_primus.data.user_transforms import TransformOutputError, steps_for
+from airflow_provider_primus.data.user_transforms import TransformOutputError, UserStep, steps_for
 from airflow_provider_primus.errors import TerminalError
 
 __all__ = [
@@ -240,7 +242,12 @@ class BatchTransformer:
         self.schema = schema
         self.passthrough = tuple(dict.fromkeys(passthrough))
         self._steps: dict[str, list[Transform]] = {}
-        self._user = steps_for(schema.python_steps)
+        # Whole-batch steps in list order: the user's functions and the as-of joins (data/asof.py,
+        # which reads its feature table when first called, the only I/O a transformer does).
+        self._user: list[UserStep | AsOfJoinStep] = [
+            AsOfJoinStep(s, schema.event_time) if isinstance(s, AsOfJoin) else steps_for([s])[0]
+            for s in schema.batch_steps
+        ]
         for transform in schema.column_steps:
             self._steps.setdefault(transform.column, []).append(transform)
         self._lists = {m.column: m for m in schema.multi_hot}

@@ -9,7 +9,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -104,3 +106,61 @@ def test_mixed_training_from_a_table_history_and_a_stream_trains_each_row_once(
     assert set(history) == set(range(HOURS * PER_HOUR)) and set(history.values()) == {1}
     stream = Counter(r for s in steps for r in s.get("events", []))
     assert set(stream) == set(produced) and set(stream.values()) == {1}
+
+
+def test_mixed_training_with_features_joined_as_of_each_rows_event_time(world: World, tmp_path: Path) -> None:
+    """History and stream rows both get ``user_ctr`` as of their own event time from a feature table
+    updated every hour at :30; the trainer's dense input holds exactly the oracle's values."""
+    users = np.arange(1000)
+    updates = [(u, T0 + timedelta(hours=h, minutes=30), u / 1000 + h) for h in range(5) for u in users]
+    table = pa.table(
+        {
+            "user_id": [u for u, _, _ in updates],
+            "updated_at": pa.array([t for _, t, _ in updates], pa.timestamp("us", tz="UTC")),
+            "user_ctr": [v for _, _, v in updates],
+        }
+    )
+    pq.write_table(table, tmp_path / "user_features.parquet")
+    join = {
+        "type": "as_of_join",
+        "table": {"type": "files", "uri": str(tmp_path / "user_features.parquet")},
+        "key": "user_id",
+        "time": "updated_at",
+        "columns": ["user_ctr"],
+    }
+    doc = yaml.safe_load(world.spec_path.read_text())
+    for source in doc["spec"]["sources"]:
+        source["schema"] = {
+            **SCHEMA,
+            "dense": ["price", "user_ctr"],
+            "transforms": [join, {"column": "user_ctr", "fill": -1.0}, *SCHEMA["transforms"]],
+        }
+    world.spec_path.write_text(yaml.safe_dump(doc))
+    produced = world.produce_events(1500, seed=9)  # stamped in hour 4: before and after its update
+    seen: dict[int, float] = {}
+
+    def trace(_step: int, parts: list[tuple[str, Any]]) -> None:
+        for _source, batch in parts:
+            for rid, ctr in zip(batch.extra["row_id"].tolist(), batch.dense[:, 1].tolist(), strict=True):
+                assert rid not in seen, f"row {rid} trained twice"
+                seen[rid] = ctr
+
+    training = world.training(
+        tmp_path / "training.yaml", mode="mixed", batch_size=256, checkpoint={"every_steps": 0, "every_s": 0}
+    )
+    Trainer(
+        load_data_spec(world.spec_path),
+        load_training_spec(training),
+        TrainOptions(workdir=tmp_path / "run", trace=trace, passthrough=("row_id",)),
+    ).run()
+    history = pa.concat_tables(pq.read_table(p) for p in sorted((world.root / "store").rglob("*.parquet")))
+    stream = events(world.next_id - len(produced), len(produced), T0 + timedelta(hours=4), seed=9)
+    want: dict[int, float] = {}
+    for rows in (history, stream):
+        for rid, user, ts in zip(
+            *(rows.column(c).to_pylist() for c in ("row_id", "user_id", "ts")), strict=True
+        ):
+            valid = [h for h in range(5) if T0 + timedelta(hours=h, minutes=30) <= ts]
+            want[rid] = user / 1000 + max(valid) if valid else -1.0
+    assert seen.keys() == want.keys()
+    assert all(abs(seen[r] - want[r]) < 1e-3 for r in want), "a row saw a value from its future"

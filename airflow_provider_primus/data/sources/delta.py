@@ -77,7 +77,7 @@ def _load(
         raise TableError(f"a delta source needs deltalake: {INSTALL_HINT} ({exc})") from None
     try:
         table = DeltaTable(
-            source.uri, version=source.version, storage_options=_storage_options(source, resolved)
+            source.uri, version=source.version, storage_options=storage_options(source, resolved)
         )
     except Exception as exc:  # deltalake raises its own (TableNotFoundError, ...)
         raise _refuse(source, f"cannot be loaded: {type(exc).__name__}: {exc}") from None
@@ -112,7 +112,7 @@ _DV = (
 )
 
 
-def _storage_options(source: DeltaSource, resolved: Mapping[str, ResolvedAccess] | None) -> dict[str, str]:
+def storage_options(source: Any, resolved: Mapping[str, ResolvedAccess] | None) -> dict[str, str]:
     """deltalake's object-store options from the contract's storage section (endpoint, addressing);
     the key pair from the environment names it gives, as the files sources read it."""
     if source.storage is None:
@@ -239,4 +239,4 @@ def _apply(source: DeltaSource, actions: list[dict[str, Any]], files: dict[str, 
     return operation
 
 
-__all__ = ["DeltaStates", "plan_delta"]
+__all__ = ["DeltaStates", "plan_delta", "storage_options"]

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import pyarrow.fs as pafs
 
+from airflow_provider_primus.contracts.joins import FeatureTable
 from airflow_provider_primus.contracts.tables import IcebergSource
 from airflow_provider_primus.data.errors import TableError
 from airflow_provider_primus.data.model import ColumnRef, FileInfo, TableFile
@@ -69,9 +70,12 @@ def _pyiceberg() -> Any:
     return pyiceberg.catalog
 
 
-def catalog_properties(source: IcebergSource, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def catalog_properties(
+    source: IcebergSource | FeatureTable, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """pyiceberg's properties for the source's catalog; ``extra``: what an Airflow connection gave."""
     catalog = source.catalog
+    assert catalog is not None  # a feature table of type iceberg has one (its contract says so)
     props: dict[str, str] = {"type": catalog.type, **catalog.properties}
     if catalog.uri is not None:
         props["uri"] = catalog.uri
@@ -100,10 +104,11 @@ class _CountingIO:
         return getattr(self._io, name)
 
 
-def load_table(source: IcebergSource, extra: Mapping[str, str] | None = None) -> Any:
+def load_table(source: IcebergSource | FeatureTable, extra: Mapping[str, str] | None = None) -> Any:
     """The table, its errors naming the source (a wrong identifier, an unreachable catalog)."""
     catalogs = _pyiceberg()
     props = catalog_properties(source, extra)
+    assert source.catalog is not None and source.table is not None
     try:
         catalog = catalogs.load_catalog(source.catalog.name, **props)
         return catalog.load_table(source.table)

@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
         "and incrementally after one more day; plus tasks/s on a local tree without delay.",
     )
     p.add_argument("--days", type=int, default=20)
-    p.add_argument("--files", type=int, default=4, help="files per hourly partition")
+    p.add_argument("--files", type=int, help="files per hourly partition (default 4; 40 with --sweep)")
     p.add_argument(
         "--delay-ms",
         type=positive_float("milliseconds"),
@@ -40,6 +40,14 @@ def register(sub: Any) -> None:
     median = "; the median is reported"
     p.add_argument("--parallel-runs", type=count_of("runs"), default=3, help="default-planner runs" + median)
     p.add_argument("--incremental-runs", type=count_of("runs"), default=5, help="incremental runs" + median)
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="instead: days {5,20,60} x sources {1,2,8} x 24 hours x FILES (default 40 here) files, one "
+        "process per point (plan time, I/O floor, round trips, peak RSS, tasks/s), then the largest "
+        "point as an Iceberg table planned from its manifests",
+    )
+    p.add_argument("--no-iceberg", action="store_true", help="with --sweep: leave out the Iceberg point")
     p.set_defaults(handler=run_plan)
 
     d = bsub.add_parser(
@@ -368,11 +376,21 @@ def run_autoscale(args: argparse.Namespace) -> int:
 def run_plan(args: argparse.Namespace) -> int:
     from airflow_provider_primus.bench.plan import run
 
+    if args.sweep:
+        from airflow_provider_primus.bench.plan_sweep import sweep
+
+        files = args.files or 40
+        return _report(
+            args,
+            lambda: sweep(
+                files=files, delay_ms=args.delay_ms, workdir=args.workdir, iceberg=not args.no_iceberg
+            ),
+        )
     return _report(
         args,
         lambda: run(
             days=args.days,
-            files=args.files,
+            files=args.files or 4,
             delay_ms=args.delay_ms,
             local_files=args.local_files,
             workdir=args.workdir,

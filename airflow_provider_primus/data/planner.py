@@ -72,6 +72,8 @@ class PlanOptions:
     # Airflow connections the operator resolved (id -> key pair, endpoint, region): never stored.
     credentials: Mapping[str, ResolvedAccess] | None = field(default=None, repr=False)
     progress: Callable[[Progress], None] | None = None
+    # Replace how a table source's table is loaded (the benchmark's delayed FileIO).
+    tables: Callable[[Any], Any] | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
@@ -287,6 +289,7 @@ def plan(
                     end or start,
                     cache=opts.cache,
                     workers=workers,
+                    table=opts.tables(source) if opts.tables is not None else None,
                     cancel=opts.cancel,
                 )
                 total += 1

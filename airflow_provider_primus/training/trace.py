@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -32,13 +33,22 @@ def step_rows(parts: Sequence[tuple[str, TensorBatch]], passthrough: Sequence[st
 class TraceWriter:
     def __init__(self, path: Path, passthrough: Sequence[str] = ()) -> None:
         self.passthrough = tuple(passthrough)
+        # Which writer (a trainer process's run) wrote a line: a restarted trainer appends to the same
+        # file, and its first step may follow the last one of its predecessor (a checkpoint at the
+        # very step it was killed at), so the steps alone cannot show where one run ends.
+        self.run = uuid.uuid4().hex[:12]
         # "-" is stdout, so a supervisor can follow the steps as events instead of polling a file.
         self._stdout = str(path) == "-"
         self._file: IO[str] = sys.stdout if self._stdout else open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def __call__(self, step: int, parts: list[tuple[str, TensorBatch]]) -> None:
         # ``t`` (wall clock) dates each step for fault analyses: when did the stream train again.
-        entry = {"step": step, "t": round(time.time(), 3), "rows": step_rows(parts, self.passthrough)}
+        entry = {
+            "step": step,
+            "t": round(time.time(), 3),
+            "run": self.run,
+            "rows": step_rows(parts, self.passthrough),
+        }
         self._file.write(json.dumps(entry) + "\n")
         self._file.flush()
 

@@ -258,16 +258,20 @@ class PodJobWorld:
     def trace(self) -> Path:
         return self.volume / "home" / "jobs" / self.name / "trace.jsonl"
 
-    def trace_steps(self) -> list[int]:
-        """The step of every trace record, in the order written (a restart goes back to its
-        checkpoint's step)."""
-        steps = []
+    def trace_runs(self) -> list[tuple[str, int]]:
+        """The writer and step of every trace record, in the order written (a restarted trainer is
+        another writer, and starts again at its checkpoint's step)."""
+        records = []
         for line in self.trace().read_text().splitlines() if self.trace().exists() else []:
             try:
-                steps.append(json.loads(line)["step"])
+                entry = json.loads(line)
             except ValueError:
                 continue
-        return steps
+            records.append((entry["run"], entry["step"]))
+        return records
+
+    def trace_steps(self) -> list[int]:
+        return [step for _, step in self.trace_runs()]
 
     def produce_stream(self, rows: int, seed: int) -> None:
         from airflow_provider_primus.data.sources.kafka import produce
@@ -595,12 +599,12 @@ def run_fault_job(world: PodJobWorld) -> None:
     events = [e.type for e in world.store.events(world.name)]
     # Launched: 2 data + 1 trainer, then data-0 and trainer-0 again; none by the successor master.
     assert events.count("ExecutorLaunched") == launched + 1 == 5, events
-    steps = world.trace_steps()
-    back = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
+    records = world.trace_runs()
+    back = next(i for i in range(1, len(records)) if records[i][0] != records[i - 1][0])
     # The killed incarnation trains on until the kubelet stops it, so its last step is the trace's
-    # before the resume (at least the step read when the kill was sent); it resumes from a checkpoint
-    # at or before that step, never from scratch.
-    last, resumed = steps[back - 1], steps[back]
+    # before the resume (at least the step read when the kill was sent); its successor resumes from
+    # a checkpoint at or before that step, never from scratch.
+    last, resumed = records[back - 1][1], records[back][1]
     assert last >= killed_at, f"the trace went back before the kill: {last} < {killed_at}"
     assert 50 < resumed <= last + 1, f"the trainer resumed at step {resumed}, its last step was {last}"
     assert_exactly_once(world)

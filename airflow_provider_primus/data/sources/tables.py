@@ -36,6 +36,7 @@ def plan_table_source(
     cache: PlanCache | None = None,
     workers: int = 8,
     cancel: threading.Event | None = None,
+    table: Any = None,
 ) -> TablePlan:
     """The table's files in [start, end) by window; with policy ``wait``, once every window has one
     or the timeout passed (``fail`` and ``skip`` are applied by the planner to the windows left empty)."""
@@ -48,7 +49,9 @@ def plan_table_source(
         if source.type == "delta":
             result = plan_delta(source, start, end, states=cache, fp=table_fingerprint(source))
         else:
-            result = plan_table(source, start, end, manifests=cache, workers=workers, cancelled=cancel.is_set)
+            result = plan_table(
+                source, start, end, manifests=cache, workers=workers, cancelled=cancel.is_set, table=table
+            )
         trips += result.round_trips
         result.round_trips = trips
         empty = [t for t in partition_times(start, end, source.granularity) if t not in result.windows]

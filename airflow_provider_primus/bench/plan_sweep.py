@@ -272,6 +272,7 @@ def sweep(
             for s in sources:
                 log.info("planning %d days x %d sources", d, s)
                 points.append(_in_child("point", str(root), str(d), str(s), str(delay_ms)))
+                log.info("point: %s", json.dumps(points[-1]))
         out: dict[str, Any] = {"delay_ms": delay_ms, "files_per_partition": files, "sweep": points}
         if iceberg:
             log.info("registering the largest point's files in an Iceberg table")

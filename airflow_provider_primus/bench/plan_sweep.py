@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,7 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 DAYS = (5, 20, 60)
 SOURCES = (1, 2, 8)
 ROWS = 64
+LINKS_PER_FILE = 50_000
 SCHEMA = {
     "sparse": ["user_id", "item_id"],
     "dense": ["price"],
@@ -71,6 +73,7 @@ def build_store(root: Path, sources: int, days: int, files: int) -> int:
     original = root / "original.parquet"
     pq.write_table(_table(), original, write_page_checksum=True)
     n = 0
+    target = original
     for s in range(sources):
         for d in range(days):
             for h in range(24):
@@ -78,7 +81,10 @@ def build_store(root: Path, sources: int, days: int, files: int) -> int:
                 part = root / f"s{s}" / t.strftime("%Y-%m-%d") / t.strftime("%H")
                 part.mkdir(parents=True, exist_ok=True)
                 for f in range(files):
-                    os.link(original, part / f"part-{f:03d}.parquet")
+                    if n % LINKS_PER_FILE == 0:  # a file system caps the links to one inode (ext4: 65,000)
+                        target = root / f"original-{n // LINKS_PER_FILE}.parquet"
+                        shutil.copyfile(original, target)
+                    os.link(target, part / f"part-{f:03d}.parquet")
                     n += 1
     return n
 

@@ -24,11 +24,14 @@ def test_the_sweep_reports_each_point_and_the_iceberg_table(tmp_path) -> None:  
             "round_trips",
             "peak_rss_mb",
             "tasks_per_s",
+            "cpu_s",
+            "cpu_floor_s",
         }
         partitions = days * sources * 24
         assert point["files"] == 3 * partitions
         assert point["round_trips"] == partitions + point["files"]  # a listing per hour, a footer per file
         assert 0 < point["floor_s"] <= point["plan_s"] and point["peak_rss_mb"] > 0
+        assert 0 < point["cpu_floor_s"] <= point["cpu_s"]
     iceberg = result["iceberg"]
     assert iceberg["files"] == points[(2, 2)]["files"]
     # The metadata file, the manifest list and one manifest per commit (a source's day): no listing.

@@ -27,7 +27,7 @@ from airflow_provider_primus.contracts.joins import FeatureTable
 from airflow_provider_primus.contracts.tables import IcebergSource
 from airflow_provider_primus.data.errors import TableError
 from airflow_provider_primus.data.model import ColumnRef, FileInfo, TableFile
-from airflow_provider_primus.data.objectstore import ResolvedAccess
+from airflow_provider_primus.data.objectstore import ResolvedAccess, resolve_credentials
 from airflow_provider_primus.data.sources.files import open_filesystem
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -81,8 +81,23 @@ def catalog_properties(
         props["uri"] = catalog.uri
     if catalog.warehouse is not None:
         props["warehouse"] = catalog.warehouse
-    if source.storage is not None and source.storage.endpoint:
-        props.setdefault("s3.endpoint", source.storage.endpoint)
+    storage = source.storage
+    if storage is not None:
+        # The storage section reaches the table's metadata as it reaches its data files: endpoint,
+        # region, addressing, and the key pair it names (resolved here, in this process only).
+        if storage.endpoint:
+            props.setdefault("s3.endpoint", storage.endpoint)
+        if storage.region:
+            props.setdefault("s3.region", storage.region)
+        props.setdefault("s3.force-virtual-addressing", str(storage.addressing == "virtual").lower())
+        access = resolve_credentials(storage.credentials, owner=source.name, resolved=None)
+        if access is not None:
+            props["s3.access-key-id"] = access.credentials.access_key
+            props["s3.secret-access-key"] = access.credentials.secret_key
+            if access.credentials.session_token:
+                props["s3.session-token"] = access.credentials.session_token
+            if access.endpoint and "s3.endpoint" not in props:
+                props["s3.endpoint"] = access.endpoint
     props.update(extra or {})
     return props
 

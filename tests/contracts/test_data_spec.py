@@ -212,7 +212,7 @@ def test_bad_source_type(doc: Doc) -> None:
     files(doc)["type"] = "file"
     path, message = only_issue(doc)
     assert path == "spec.sources[0].type"
-    assert message.startswith("must be one of 'files', 'iceberg', 'kafka'")
+    assert message.startswith("must be one of 'delta', 'files', 'iceberg', 'kafka'")
     assert "did you mean 'files'?" in message
 
 
@@ -220,7 +220,7 @@ def test_missing_source_type(doc: Doc) -> None:
     del kafka(doc)["type"]
     path, message = only_issue(doc)
     assert path == "spec.sources[1].type"
-    assert "required" in message and "'files', 'iceberg', 'kafka'" in message
+    assert "required" in message and "'delta', 'files', 'iceberg', 'kafka'" in message
 
 
 def test_bad_enum_names_the_allowed_values(doc: Doc) -> None:

@@ -110,6 +110,14 @@ def climbs_out(path: str) -> bool:
     return True  # still changing after three decodes: nobody names a folder like that on purpose
 
 
+def root_uri(value: str) -> str:
+    """A source's root URI, refused when it climbs: a '..' inside the root is either a typo or a way
+    out of the data the contract names, and would only surface later, far from its cause."""
+    if climbs_out(value.split("://", 1)[-1]):
+        raise ValueError(f"must not contain a '..' segment (or its percent-encoding): {value!r}")
+    return value
+
+
 class FileSource(StrictModel):
     """Partitioned files under one root; the template maps a partition's start time to its folder."""
 
@@ -129,11 +137,7 @@ class FileSource(StrictModel):
     @field_validator("uri")
     @classmethod
     def _uri_without_climbing(cls, value: str) -> str:
-        # A '..' inside the root is either a typo or a way out of the data the contract names; it
-        # would only surface later as a "missing partition" far from its cause.
-        if climbs_out(value.split("://", 1)[-1]):
-            raise ValueError(f"must not contain a '..' segment (or its percent-encoding): {value!r}")
-        return value
+        return root_uri(value)
 
     @field_validator("path_template")
     @classmethod

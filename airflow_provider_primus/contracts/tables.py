@@ -20,7 +20,7 @@ from airflow_provider_primus.contracts.base import NonEmptyStr, SourceName, Stri
 from airflow_provider_primus.contracts.catalogs import IcebergCatalog
 from airflow_provider_primus.contracts.errors import raise_issues
 from airflow_provider_primus.contracts.schema import SourceSchema
-from airflow_provider_primus.contracts.sources import MissingPolicy, climbs_out
+from airflow_provider_primus.contracts.sources import MissingPolicy, climbs_out, root_uri
 from airflow_provider_primus.contracts.storage import ObjectStorage, storage_issues
 
 # A namespace and a table name, dot-separated (namespaces may nest: ``lake.ads.clicks``).
@@ -34,46 +34,27 @@ class RewritePolicy(StrictModel):
     policy: Literal["fail", "replan"] = "fail"
 
 
-class IcebergSource(StrictModel):
-    """An Iceberg table read as history; ``granularity`` is the planner's window, each data file
-    belonging to the window of its partition (an hour or day transform of the event-time column) or,
-    for a table not partitioned by time, of its event-time column's lower bound."""
+class TableSource(StrictModel):
+    """What an Iceberg and a Delta source share: the planner's window, its policies, where data files
+    are read from, the schema (whose event time places each file in its window), and the readers'
+    view of the files (Parquet, no success marker)."""
 
     name: SourceName
-    type: Literal["iceberg"]
-    catalog: IcebergCatalog
-    table: str
-    # Time travel: a snapshot id, or a branch or tag name; neither means the table's current state.
-    snapshot_id: Annotated[int, Strict(), Field(gt=0)] | None = None
-    ref: NonEmptyStr | None = None
     granularity: Literal["day", "hour"] = "hour"
     # A window with no data file: a gap (skip, the default for a table, which has no empty folders
     # to mark a known-empty hour), or a broken pipeline (fail), or not yet (wait).
     missing: MissingPolicy = Field(default_factory=lambda: MissingPolicy(policy="skip"))
     on_rewrite: RewritePolicy = Field(default_factory=RewritePolicy)
-    # How to reach data files on an S3-compatible store (endpoint, credentials' names).
+    # How to reach metadata and data files on an S3-compatible store (endpoint, credentials' names).
     storage: ObjectStorage | None = None
     schema_: SourceSchema = Field(alias="schema")
 
-    @field_validator("table")
-    @classmethod
-    def _identifier(cls, value: str) -> str:
-        if not _IDENTIFIER.fullmatch(value):
-            raise ValueError(f"must be 'namespace.table' (letters, digits, '_'; got {value!r})")
-        return value
-
     @model_validator(mode="after")
-    def _one_way_to_travel(self) -> IcebergSource:
-        if self.snapshot_id is not None and self.ref is not None:
-            raise_issues(
-                [(("ref",), "not allowed with 'snapshot_id': name one point of the table's history")]
-            )
+    def _needs_event_time(self) -> TableSource:
         if self.schema_.event_time is None:
             raise_issues(
                 [(("schema", "event_time"), "required for a table: its column decides each file's window")]
             )
-        if self.catalog.warehouse is not None and climbs_out(self.catalog.warehouse.split("://", 1)[-1]):
-            raise_issues([(("catalog", "warehouse"), "must not contain a '..' segment")])
         return self
 
     @property
@@ -88,56 +69,63 @@ class IcebergSource(StrictModel):
     def columns(self) -> list[str]:
         return self.schema_.columns()
 
+
+class IcebergSource(TableSource):
+    """An Iceberg table read as history; ``granularity`` is the planner's window, each data file
+    belonging to the window of its partition (an hour or day transform of the event-time column) or,
+    for a table not partitioned by time, of its event-time column's lower bound."""
+
+    type: Literal["iceberg"]
+    catalog: IcebergCatalog
+    table: str
+    # Time travel: a snapshot id, or a branch or tag name; neither means the table's current state.
+    snapshot_id: Annotated[int, Strict(), Field(gt=0)] | None = None
+    ref: NonEmptyStr | None = None
+
+    @field_validator("table")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not _IDENTIFIER.fullmatch(value):
+            raise ValueError(f"must be 'namespace.table' (letters, digits, '_'; got {value!r})")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way_to_travel(self) -> IcebergSource:
+        if self.snapshot_id is not None and self.ref is not None:
+            raise_issues(
+                [(("ref",), "not allowed with 'snapshot_id': name one point of the table's history")]
+            )
+        if self.catalog.warehouse is not None and climbs_out(self.catalog.warehouse.split("://", 1)[-1]):
+            raise_issues([(("catalog", "warehouse"), "must not contain a '..' segment")])
+        return self
+
     def where(self) -> str:
         """Where the rows are, for messages."""
         return f"table {self.table} of the {self.catalog.type} catalog"
 
 
-class DeltaSource(StrictModel):
+class DeltaSource(TableSource):
     """A Delta Lake table read as history: its versions are its snapshots. Each data file belongs to
     the window of its event-time column's minimum (the file statistics every Delta writer records)."""
 
-    name: SourceName
     type: Literal["delta"]
     uri: NonEmptyStr  # the table's root: a local path, file:// or s3://
     version: Annotated[int, Strict(), Field(ge=0)] | None = None  # time travel; None: the latest
-    granularity: Literal["day", "hour"] = "hour"
-    missing: MissingPolicy = Field(default_factory=lambda: MissingPolicy(policy="skip"))
-    on_rewrite: RewritePolicy = Field(default_factory=RewritePolicy)
-    storage: ObjectStorage | None = None
-    schema_: SourceSchema = Field(alias="schema")
 
     @field_validator("uri")
     @classmethod
     def _uri_without_climbing(cls, value: str) -> str:
-        if climbs_out(value.split("://", 1)[-1]):
-            raise ValueError(f"must not contain a '..' segment (or its percent-encoding): {value!r}")
-        return value
+        return root_uri(value)
 
     @model_validator(mode="after")
-    def _needs_event_time(self) -> DeltaSource:
-        if self.schema_.event_time is None:
-            raise_issues(
-                [(("schema", "event_time"), "required for a table: its column decides each file's window")]
-            )
+    def _storage_fits_uri(self) -> DeltaSource:
         problems = storage_issues(self.uri, self.storage)
         if problems:
             raise_issues([(("storage" if self.storage is not None else "uri",), p) for p in problems])
         return self
 
-    @property
-    def format(self) -> str:
-        return "parquet"
-
-    @property
-    def success_marker(self) -> None:
-        return None
-
-    def columns(self) -> list[str]:
-        return self.schema_.columns()
-
     def where(self) -> str:
         return f"Delta table {self.uri}"
 
 
-__all__ = ["DeltaSource", "IcebergCatalog", "IcebergSource", "RewritePolicy"]
+__all__ = ["DeltaSource", "IcebergCatalog", "IcebergSource", "RewritePolicy", "TableSource"]
